@@ -1,0 +1,3 @@
+from ksearch.cli import main
+
+main()

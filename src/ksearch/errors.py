@@ -1,0 +1,39 @@
+"""Infrastructure errors, in one place.
+
+Outcomes of a candidate (compile error, wrong answer, timeout, ...) are *not* exceptions: they are
+`ksearch.eval.records.Status` values. Exceptions are for the infrastructure around candidates:
+a malformed task file, a missing compiler, a worker that could not start, an unknown run.
+Every message names the bad value.
+"""
+
+
+class KsearchError(Exception):
+    """Base of every error ksearch raises on purpose; the CLI prints it without a traceback."""
+
+
+class TaskError(KsearchError):
+    """A task definition or workload is malformed or unknown."""
+
+
+class TargetError(KsearchError):
+    """A target is unavailable or misconfigured (no compiler, no device)."""
+
+
+class HardwareError(KsearchError):
+    """The hardware spec could not be detected, measured or loaded."""
+
+
+class WorkerError(KsearchError):
+    """An evaluation worker could not be started or answered nonsense (not a candidate fault)."""
+
+
+class StoreError(KsearchError):
+    """The run store is missing, locked or from an incompatible schema."""
+
+
+class KnowledgeError(KsearchError):
+    """A knowledge pack is malformed, or a pattern could not be rendered."""
+
+
+class SearchError(KsearchError):
+    """The search cannot continue (invalid configuration, no open action and no way to make one)."""

@@ -1,0 +1,303 @@
+"""Task records: Definition and Workload, compatible with flashinfer-bench's JSON files.
+
+A *definition* says what to compute: named axes (``const`` with a value, or ``var``), named inputs and
+outputs with symbolic shapes (lists of axis names) and dtypes, a reference implementation (Python source
+defining a global ``run``), and constraints (Python expressions over the axes). A *workload* gives concrete
+values to the ``var`` axes and says how each input is made.
+
+The field names and meaning follow flashinfer-bench's Definition and Workload
+(https://github.com/flashinfer-ai/flashinfer-bench, Apache-2.0), so its definition files load unchanged.
+On top of those ksearch adds, all optional so foreign files still load:
+
+- ``tolerance``: rtol/atol per output dtype;
+- ``inputs[...].distribution``: how random inputs are drawn;
+- ``cost``: expressions for FLOPs and transcendental ops (bytes default to the sum of all input and
+  output sizes), from which the roofline floor is computed;
+- ``reference_backend``: ``torch`` (flashinfer-bench's convention) or ``numpy``.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import uuid as uuidlib
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ksearch.errors import TaskError
+
+#: dtype name -> bytes per element. Names as flashinfer-bench spells them.
+DTYPE_BYTES: dict[str, float] = {
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "float4_e2m1": 0.5,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "bool": 1,
+}
+
+#: Default tolerances per output dtype, from mamba_ssm's selective-scan tests (fp32 rtol 6e-4 atol 2e-3,
+#: fp16 rtol 3e-3 atol 5e-3, bf16 rtol 3e-2 atol 5e-2); integer outputs must match exactly.
+DEFAULT_TOLERANCE: dict[str, dict[str, float]] = {
+    "float64": {"rtol": 1e-6, "atol": 1e-8},
+    "float32": {"rtol": 6e-4, "atol": 2e-3},
+    "float16": {"rtol": 3e-3, "atol": 5e-3},
+    "bfloat16": {"rtol": 3e-2, "atol": 5e-2},
+}
+
+
+class _Record(BaseModel):
+    """Base of task records: unknown keys are kept (third-party files), values validated."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class ConstAxis(_Record):
+    """An axis fixed by the definition (e.g. a model's head_dim)."""
+
+    type: Literal["const"]
+    value: int = Field(ge=0)
+    description: str | None = None
+
+
+class VarAxis(_Record):
+    """An axis whose value each workload gives (e.g. sequence length)."""
+
+    type: Literal["var"]
+    description: str | None = None
+    #: ksearch extension: valid range, used to draw hidden workloads.
+    min: int | None = None
+    max: int | None = None
+
+
+Axis = Annotated[Union[ConstAxis, VarAxis], Field(discriminator="type")]
+
+
+class Distribution(_Record):
+    """How a random input is drawn (ksearch extension).
+
+    ``normal``: mean + std * N(0, 1); ``uniform``: U(low, high); ``neg_uniform``: -U(low, high), for
+    parameters that must be negative such as Mamba's A; ``integers``: integers in [low, high).
+    """
+
+    kind: Literal["normal", "uniform", "neg_uniform", "integers"] = "normal"
+    mean: float = 0.0
+    std: float = 1.0
+    low: float = 0.0
+    high: float = 1.0
+
+
+class TensorSpec(_Record):
+    """A named input or output: symbolic shape (axis names; ``None`` for a Python scalar) and dtype."""
+
+    shape: list[str] | None
+    dtype: str
+    description: str | None = None
+    distribution: Distribution | None = None
+
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, v: str) -> str:
+        if v not in DTYPE_BYTES:
+            raise ValueError(f"unknown dtype {v!r}; known: {', '.join(DTYPE_BYTES)}")
+        return v
+
+
+class Tolerance(_Record):
+    """|got - want| <= atol + rtol * |want| elementwise, per output dtype."""
+
+    rtol: float = Field(ge=0)
+    atol: float = Field(ge=0)
+
+
+class CostModel(_Record):
+    """Work per workload as Python expressions over the axes (ksearch extension).
+
+    ``bytes``: bytes that must move between memory and the chip; when None, the sum of the sizes of all
+    inputs and outputs (every input read once, every output written once). ``flops``: floating-point
+    operations (an FMA counts 2). ``transcendentals``: exp/log/... evaluations.
+    """
+
+    bytes: str | None = None
+    flops: str = "0"
+    transcendentals: str = "0"
+
+
+class Definition(_Record):
+    """What to compute. Field names and meaning as in flashinfer-bench's Definition."""
+
+    name: str
+    op_type: str = "custom"
+    tags: list[str] = Field(default_factory=list)
+    description: str | None = None
+    axes: dict[str, Axis]
+    inputs: dict[str, TensorSpec]
+    outputs: dict[str, TensorSpec]
+    reference: str
+    constraints: list[str] = Field(default_factory=list)
+    # ksearch extensions
+    tolerance: dict[str, Tolerance] = Field(default_factory=dict)
+    cost: CostModel = Field(default_factory=CostModel)
+    reference_backend: Literal["torch", "numpy"] = "torch"
+
+    @model_validator(mode="after")
+    def _shapes_name_axes(self) -> "Definition":
+        for kind, specs in (("input", self.inputs), ("output", self.outputs)):
+            for name, spec in specs.items():
+                for ax in spec.shape or []:
+                    if ax not in self.axes:
+                        raise ValueError(f"{kind} {name!r} uses axis {ax!r}, not among axes {list(self.axes)}")
+        clash = set(self.inputs) & set(self.outputs)
+        if clash:
+            raise ValueError(f"names used for both an input and an output: {sorted(clash)}")
+        for expr in self.constraints:
+            _compile_expr(expr)
+        if "def run" not in self.reference:
+            raise ValueError("reference must define a global function `run`")
+        return self
+
+    # -- derived values -------------------------------------------------------------------------
+
+    @property
+    def var_axes(self) -> list[str]:
+        return [n for n, a in self.axes.items() if isinstance(a, VarAxis)]
+
+    def axis_values(self, workload: "Workload") -> dict[str, int]:
+        """All axis values (const and var) for a workload, in definition order.
+
+        Raises:
+            TaskError: a var axis is missing from the workload, or a constraint does not hold.
+        """
+        values: dict[str, int] = {}
+        for name, ax in self.axes.items():
+            if isinstance(ax, ConstAxis):
+                values[name] = ax.value
+            elif name in workload.axes:
+                values[name] = int(workload.axes[name])
+            else:
+                raise TaskError(f"workload {workload.label!r} gives no value for var axis {name!r} of {self.name!r}")
+        for expr in self.constraints:
+            if not eval_expr(expr, values):
+                raise TaskError(f"workload {workload.label!r} breaks constraint {expr!r} of {self.name!r} ({values})")
+        return values
+
+    def shape_of(self, spec: TensorSpec, axis_values: dict[str, int]) -> tuple[int, ...] | None:
+        """Concrete shape of an input/output, or None for a Python scalar."""
+        if spec.shape is None:
+            return None
+        return tuple(axis_values[a] for a in spec.shape)
+
+    def tolerance_for(self, dtype: str) -> Tolerance:
+        """The tolerance for outputs of this dtype: the definition's, else the default table."""
+        if dtype in self.tolerance:
+            return self.tolerance[dtype]
+        if dtype in DEFAULT_TOLERANCE:
+            return Tolerance(**DEFAULT_TOLERANCE[dtype])
+        return Tolerance(rtol=0.0, atol=0.0)
+
+    def cost_of(self, workload: "Workload") -> "WorkloadCost":
+        """Bytes, FLOPs and transcendentals a workload must move or compute (see CostModel)."""
+        values = self.axis_values(workload)
+        if self.cost.bytes is None:
+            nbytes = 0.0
+            for spec in list(self.inputs.values()) + list(self.outputs.values()):
+                shape = self.shape_of(spec, values)
+                if shape is not None:
+                    nbytes += math.prod(shape) * DTYPE_BYTES[spec.dtype]
+        else:
+            nbytes = float(eval_expr(self.cost.bytes, values))
+        return WorkloadCost(
+            bytes=nbytes,
+            flops=float(eval_expr(self.cost.flops, values)),
+            transcendentals=float(eval_expr(self.cost.transcendentals, values)),
+        )
+
+
+class WorkloadCost(BaseModel):
+    """What one call of a workload must do: ``bytes`` moved, ``flops``, ``transcendentals`` (counts)."""
+
+    bytes: float
+    flops: float
+    transcendentals: float
+
+
+class RandomInput(_Record):
+    type: Literal["random"]
+
+
+class ScalarInput(_Record):
+    type: Literal["scalar"]
+    value: float | int | bool
+
+
+class SafetensorsInput(_Record):
+    type: Literal["safetensors"]
+    path: str
+    tensor_key: str
+
+
+InputSpec = Annotated[Union[RandomInput, ScalarInput, SafetensorsInput], Field(discriminator="type")]
+
+
+class Workload(_Record):
+    """Concrete values for a definition's var axes, and how each input is made.
+
+    Field names as in flashinfer-bench's Workload; inputs not listed are drawn at random.
+    ``name`` is a ksearch extension for display (defaults to the axis values).
+    """
+
+    uuid: str = Field(default_factory=lambda: str(uuidlib.uuid4()))
+    axes: dict[str, int]
+    inputs: dict[str, InputSpec] = Field(default_factory=dict)
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name or ",".join(f"{k}={v}" for k, v in self.axes.items())
+
+
+# -- safe expressions over axes -------------------------------------------------------------------
+
+_ALLOWED_NODES = (
+    ast.Expression, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Name, ast.Load, ast.Constant,
+    ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.USub, ast.UAdd,
+    ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.And, ast.Or, ast.Not, ast.IfExp,
+    ast.Call,
+)
+_ALLOWED_CALLS = {"min": min, "max": max, "abs": abs, "ceil": math.ceil, "floor": math.floor, "log2": math.log2}
+
+
+def _compile_expr(expr: str):
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError as e:
+        raise ValueError(f"expression {expr!r} is not valid Python: {e.msg}") from None
+    for node in ast.walk(tree):
+        if not isinstance(node, _ALLOWED_NODES):
+            raise ValueError(f"expression {expr!r} uses {type(node).__name__}, which is not allowed")
+        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in _ALLOWED_CALLS):
+            raise ValueError(f"expression {expr!r} calls something other than {sorted(_ALLOWED_CALLS)}")
+    return compile(tree, "<expr>", "eval")
+
+
+def eval_expr(expr: str, values: dict[str, Any]) -> Any:
+    """Evaluate an arithmetic/comparison expression over axis values (no attribute access, no imports).
+
+    Raises:
+        TaskError: the expression is malformed or names an unknown axis.
+    """
+    try:
+        code = _compile_expr(expr)
+    except ValueError as e:
+        raise TaskError(str(e)) from None
+    try:
+        return eval(code, {"__builtins__": {}}, {**_ALLOWED_CALLS, **values})  # noqa: S307 - AST-checked
+    except NameError as e:
+        raise TaskError(f"expression {expr!r}: {e} (axes: {sorted(values)})") from None
