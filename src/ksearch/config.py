@@ -1,0 +1,26 @@
+"""Environment variables are read here and nowhere else.
+
+- ``KSEARCH_HOME``: where ksearch keeps its state (compile cache, hardware specs, runs); default
+  ``~/.cache/ksearch``.
+- ``CC`` / ``CXX``: the C / C++ compilers of the cpu target (default ``cc`` / ``c++``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def home_dir() -> Path:
+    """ksearch's state directory (created if missing)."""
+    path = Path(os.environ.get("KSEARCH_HOME") or Path.home() / ".cache" / "ksearch")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def c_compiler() -> str:
+    return os.environ.get("CC") or "cc"
+
+
+def cxx_compiler() -> str:
+    return os.environ.get("CXX") or "c++"

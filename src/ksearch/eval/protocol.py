@@ -1,0 +1,28 @@
+"""Messages between the controller and a worker: one JSON object per line.
+
+Requests (controller -> worker):
+- ``{"op": "load", "target", "artifact", "candidate": {...}, "definition": {...}}``
+- ``{"op": "call", "args": [ArgRef...], "timing": TimingPlan | null}``; each ArgRef is
+  ``{"kind": "array", "path", "dtype", "shape", "writable"}`` or ``{"kind": "scalar", "value"}``, in ABI order
+  (inputs, outputs, axes).
+Replies (worker -> controller): ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+
+class TimingPlan(BaseModel):
+    """How the worker times calls: warm-up, then repeats until both minimums are met or a maximum is hit.
+
+    Each repeat is preceded (outside the timed region) by re-poisoning the outputs and writing a buffer of
+    ``flush_bytes`` to evict the caches.
+    """
+
+    warmup: int = 1
+    min_repeats: int = 5
+    max_repeats: int = 50
+    min_time_s: float = 0.3
+    max_time_s: float = 5.0
+    flush_bytes: int = 64 << 20

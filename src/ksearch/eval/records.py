@@ -1,0 +1,99 @@
+"""Records that cross process boundaries or are saved: candidates and their evaluations.
+
+A candidate is content-addressed: its id is the hash of target + sources + entry point + compile flags +
+launch plan, which is the compile-cache key, the store key and the dedup key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class Status(str, Enum):
+    """Outcome of evaluating a candidate (on one workload, or overall: the first non-PASSED one)."""
+
+    PASSED = "PASSED"
+    COMPILE_ERROR = "COMPILE_ERROR"
+    RUNTIME_ERROR = "RUNTIME_ERROR"
+    INCORRECT_SHAPE = "INCORRECT_SHAPE"
+    INCORRECT_DTYPE = "INCORRECT_DTYPE"
+    INCORRECT_NUMERICAL = "INCORRECT_NUMERICAL"
+    TIMEOUT = "TIMEOUT"
+    REJECTED = "REJECTED"
+    SKIPPED = "SKIPPED"  # not run because an earlier workload already failed
+
+    @property
+    def passed(self) -> bool:
+        return self is Status.PASSED
+
+
+class Candidate(BaseModel):
+    """One kernel: its sources, how to build and launch it, and where it came from.
+
+    ``sources`` maps file names to contents; ``entry_point`` is the function the target calls;
+    ``compile_flags`` are added to the target's own flags; ``launch`` is the target's launch plan (grid,
+    block, ... for GPU targets; empty for the CPU). ``parent_id`` and ``node_id`` link it to the search.
+    """
+
+    target: str
+    sources: dict[str, str]
+    entry_point: str = "run"
+    compile_flags: list[str] = Field(default_factory=list)
+    launch: dict[str, Any] = Field(default_factory=dict)
+    parent_id: str | None = None
+    node_id: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        """16 hex digits of SHA-256 over what determines the binary and its launch (not provenance)."""
+        key = json.dumps(
+            {"target": self.target, "sources": self.sources, "entry_point": self.entry_point,
+             "compile_flags": self.compile_flags, "launch": self.launch},
+            sort_keys=True,
+        )
+        return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+class WorkloadResult(BaseModel):
+    """What happened on one workload. Errors are over all checked calls (worst case); times in ms."""
+
+    workload: str
+    status: Status
+    message: str = ""
+    checks: int = 0  # calls whose outputs were compared with the reference
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    median_ms: float | None = None
+    min_ms: float | None = None
+    spread: float | None = None  # (p75 - p25) / median of the timed repeats
+    repeats: int = 0
+    floor_ms: float | None = None
+    bound: str | None = None  # which roofline term bounds the floor: memory | compute | exp
+    achieved_gbs: float | None = None
+    pct_of_floor: float | None = None  # 100 * floor / median; 100 = at the floor
+    speedup_vs_naive: float | None = None
+
+
+class Evaluation(BaseModel):
+    """The judge's verdict on one candidate over a set of workloads."""
+
+    candidate_id: str
+    task: str
+    target: str
+    hardware: str = ""
+    status: Status
+    message: str = ""
+    compile_log: str = ""
+    compile_s: float | None = None
+    workloads: list[WorkloadResult] = Field(default_factory=list)
+    timestamp: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+    def result(self, workload: str) -> WorkloadResult | None:
+        return next((r for r in self.workloads if r.workload == workload), None)

@@ -1,0 +1,51 @@
+"""The target contract: compile in the parent, load and call in the worker.
+
+``compile`` runs in the controller's process (the compiler is a subprocess with a timeout) and returns an
+artifact path. ``load`` runs inside the sandboxed worker and returns a callable taking the task's arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol
+
+from ksearch.errors import TargetError
+from ksearch.eval.records import Candidate
+from ksearch.tasks.definition import Definition
+
+
+@dataclass
+class CompileResult:
+    """``ok``: whether it built; ``artifact``: the built file; ``log``: compiler output; ``seconds``; ``cached``."""
+
+    ok: bool
+    artifact: Path | None
+    log: str
+    seconds: float
+    cached: bool = False
+
+
+class Target(Protocol):
+    name: str
+
+    def available(self) -> str | None:
+        """None when this machine can run the target, else the reason it cannot."""
+
+    def compile(self, candidate: Candidate, definition: Definition, timeout_s: float) -> CompileResult: ...
+
+    def load(self, artifact: Path, candidate: Candidate, definition: Definition) -> Callable[..., None]:
+        """Inside the worker: a function called as f(inputs..., outputs..., axes...) in definition order."""
+
+
+def target_names() -> list[str]:
+    return ["cpu"]
+
+
+def get_target(name: str) -> Target:
+    """The target called ``name``. Raises TargetError naming the known targets."""
+    if name == "cpu":
+        from ksearch.targets.cpu import CpuTarget
+
+        return CpuTarget()
+    raise TargetError(f"unknown target {name!r}; known: {', '.join(target_names())}")

@@ -1,0 +1,96 @@
+"""Make a workload's inputs: random by each input's distribution, or as the workload says.
+
+Arrays are NumPy, C-contiguous, in the definition's dtype (bfloat16 held as its raw uint16 bits, since NumPy
+has no bfloat16). Scalars (shape None) are Python numbers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ksearch.errors import TaskError
+from ksearch.tasks.definition import Definition, Distribution, RandomInput, ScalarInput, Workload
+
+#: NumPy storage dtype for each task dtype (bfloat16 stored as uint16 bits; fp8/fp4 not supported yet).
+NUMPY_DTYPES: dict[str, np.dtype] = {
+    "float64": np.dtype(np.float64),
+    "float32": np.dtype(np.float32),
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(np.uint16),
+    "int64": np.dtype(np.int64),
+    "int32": np.dtype(np.int32),
+    "int16": np.dtype(np.int16),
+    "int8": np.dtype(np.int8),
+    "bool": np.dtype(np.bool_),
+}
+
+
+def numpy_dtype(dtype: str) -> np.dtype:
+    """Storage dtype for a task dtype. Raises TaskError for dtypes ksearch cannot hold yet (fp8, fp4)."""
+    try:
+        return NUMPY_DTYPES[dtype]
+    except KeyError:
+        raise TaskError(f"dtype {dtype!r} is not supported for inputs yet; supported: {sorted(NUMPY_DTYPES)}") from None
+
+
+def bf16_from_f32(x: np.ndarray) -> np.ndarray:
+    """Round float32 to bfloat16 (round to nearest even), returned as uint16 bits."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    rounded = bits + 0x7FFF + ((bits >> 16) & 1)
+    return (rounded >> 16).astype(np.uint16)
+
+
+def to_float64(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Widen a stored array of a task dtype to float64 (decoding bfloat16 bits)."""
+    if dtype == "bfloat16":
+        return (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return np.asarray(x, np.float64)
+
+
+def _draw(rng: np.random.Generator, dist: Distribution, shape: tuple[int, ...]) -> np.ndarray:
+    if dist.kind == "normal":
+        return dist.mean + dist.std * rng.standard_normal(shape, dtype=np.float32)
+    if dist.kind == "uniform":
+        return rng.uniform(dist.low, dist.high, shape).astype(np.float32)
+    if dist.kind == "neg_uniform":
+        return -rng.uniform(dist.low, dist.high, shape).astype(np.float32)
+    return rng.integers(int(dist.low), int(dist.high), shape)
+
+
+def make_inputs(definition: Definition, workload: Workload, seed: int) -> dict[str, np.ndarray | float | int]:
+    """Inputs for one call of a workload, deterministic in ``seed``.
+
+    Returns:
+        name -> array of the input's concrete shape (axes substituted) and storage dtype, or a Python scalar.
+
+    Raises:
+        TaskError: an input the workload gives in a form not supported yet (safetensors), or a bad dtype.
+    """
+    axes = definition.axis_values(workload)
+    out: dict[str, np.ndarray | float | int] = {}
+    for index, (name, spec) in enumerate(definition.inputs.items()):
+        how = workload.inputs.get(name, RandomInput(type="random"))
+        shape = definition.shape_of(spec, axes)
+        if isinstance(how, ScalarInput):
+            out[name] = how.value
+            continue
+        if not isinstance(how, RandomInput):
+            raise TaskError(f"input {name!r} of workload {workload.label!r}: {how.type!r} inputs are not supported yet")
+        # one independent stream per (seed, input index): adding an input does not change the others
+        rng = np.random.default_rng([seed, index])
+        is_int = spec.dtype.startswith("int") or spec.dtype == "bool"
+        dist = spec.distribution or (Distribution(kind="integers", low=0, high=2 if spec.dtype == "bool" else 100)
+                                     if is_int else Distribution())
+        if shape is None:
+            out[name] = _draw(rng, dist, ()).item()
+            continue
+        values = _draw(rng, dist, shape)
+        if spec.dtype == "bfloat16":
+            out[name] = bf16_from_f32(values)
+        else:
+            out[name] = np.ascontiguousarray(values, numpy_dtype(spec.dtype))
+        if math.prod(shape) == 0:
+            out[name] = out[name].reshape(shape)
+    return out

@@ -1,0 +1,163 @@
+"""Load tasks: built-in ones by name, or flashinfer-bench-style files from disk.
+
+A task is a definition plus its workloads, plus (for built-ins) a naive kernel per target that every speedup
+is measured against. Accepted on disk:
+
+- a directory holding ``definition.json`` or ``definition.yaml`` and optionally ``workloads.jsonl`` and
+  ``naive.<target>.<ext>`` files (the built-in layout);
+- a definition file (``.json`` as flashinfer-bench writes it, or ``.yaml``) with workloads given separately
+  (a JSONL file whose lines are Workload objects, or flashinfer-bench traces with a ``workload`` field).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from ksearch.errors import TaskError
+from ksearch.tasks.definition import Definition, Workload
+
+_BUILTIN_ROOT = resources.files("ksearch.tasks") / "builtin"
+_NAIVE_EXT = {"cpu": "c", "cuda": "cu", "triton": "py", "mlx": "metal"}
+
+
+@dataclass
+class Task:
+    """A definition, its workloads, and the naive kernel source per target (``{"cpu": "...c source..."}``)."""
+
+    definition: Definition
+    workloads: list[Workload]
+    naive_sources: dict[str, str] = field(default_factory=dict)
+    origin: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    def workload(self, name: str) -> Workload:
+        """The workload with this name (or uuid). Raises TaskError listing the known names."""
+        for w in self.workloads:
+            if name in (w.name, w.uuid):
+                return w
+        raise TaskError(f"task {self.name!r} has no workload {name!r}; known: {[w.label for w in self.workloads]}")
+
+    def select(self, names: list[str] | None) -> list[Workload]:
+        """The named workloads in the order given, or all of them when ``names`` is None/empty."""
+        return [self.workload(n) for n in names] if names else list(self.workloads)
+
+
+def builtin_names() -> list[str]:
+    """Names of the built-in tasks."""
+    return sorted(p.name for p in _BUILTIN_ROOT.iterdir() if (p / "definition.yaml").is_file())
+
+
+def _read_mapping(path: Path) -> dict:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise TaskError(f"cannot read task file {path}: {e.strerror}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        raise TaskError(f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}") from None
+    if not isinstance(data, dict):
+        raise TaskError(f"{path} must hold one object (a task definition), found {type(data).__name__}")
+    return data
+
+
+def _format_validation(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors()[:8]:
+        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        parts.append(f"  {loc}: {err['msg']}")
+    more = f"\n  ... and {e.error_count() - 8} more" if e.error_count() > 8 else ""
+    return "\n".join(parts) + more
+
+
+def load_definition(path: str | Path) -> Definition:
+    """Read one definition file (JSON or YAML). Raises TaskError naming the file and the bad fields."""
+    path = Path(path)
+    data = _read_mapping(path)
+    try:
+        return Definition.model_validate(data)
+    except ValidationError as e:
+        raise TaskError(f"{path} is not a valid task definition:\n{_format_validation(e)}") from None
+
+
+def parse_workloads(text: str, source: str = "<workloads>") -> list[Workload]:
+    """Parse JSONL workloads: one Workload per line, or a trace object with a ``workload`` field."""
+    out: list[Workload] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TaskError(f"{source}:{lineno}: not valid JSON: {e.msg}") from None
+        if isinstance(obj, dict) and isinstance(obj.get("workload"), dict):
+            obj = obj["workload"]
+        try:
+            out.append(Workload.model_validate(obj))
+        except ValidationError as e:
+            raise TaskError(f"{source}:{lineno}: not a valid workload:\n{_format_validation(e)}") from None
+    return out
+
+
+def load_workloads(path: str | Path) -> list[Workload]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise TaskError(f"cannot read workloads file {path}: {e.strerror}") from None
+    return parse_workloads(text, str(path))
+
+
+def _load_dir(d, origin: str) -> Task:
+    def_file = next((d / n for n in ("definition.yaml", "definition.json") if (d / n).is_file()), None)
+    if def_file is None:
+        raise TaskError(f"{origin}: no definition.yaml or definition.json")
+    definition = load_definition(Path(str(def_file)))
+    wl_file = d / "workloads.jsonl"
+    workloads = parse_workloads(wl_file.read_text(), f"{origin}/workloads.jsonl") if wl_file.is_file() else []
+    naive = {}
+    for target, ext in _NAIVE_EXT.items():
+        f = d / f"naive.{target}.{ext}"
+        if f.is_file():
+            naive[target] = f.read_text()
+    task = Task(definition, workloads, naive, origin)
+    for w in workloads:
+        definition.axis_values(w)  # every workload must satisfy the axes and constraints
+    return task
+
+
+def load_task(name_or_path: str | Path, workloads: str | Path | None = None) -> Task:
+    """Load a built-in task by name, or a task from a directory or definition file.
+
+    Args:
+        name_or_path: a built-in name (see ``builtin_names()``), a task directory, or a definition file.
+        workloads: optional JSONL file of workloads, replacing any found beside the definition.
+
+    Raises:
+        TaskError: unknown name, unreadable or malformed file, a workload that breaks the definition.
+    """
+    name = str(name_or_path)
+    if name in builtin_names():
+        task = _load_dir(_BUILTIN_ROOT / name, f"builtin:{name}")
+    else:
+        path = Path(name)
+        if path.is_dir():
+            task = _load_dir(path, str(path))
+        elif path.is_file():
+            task = Task(load_definition(path), [], {}, str(path))
+        else:
+            raise TaskError(f"no task {name!r}: not a built-in ({', '.join(builtin_names())}) nor a file or directory")
+    if workloads is not None:
+        task.workloads = load_workloads(workloads)
+        for w in task.workloads:
+            task.definition.axis_values(w)
+    return task

@@ -1,0 +1,80 @@
+"""Run a definition's reference implementation (trusted code, run in the parent process).
+
+``reference_backend: numpy`` references get NumPy arrays and return NumPy arrays. ``torch`` references (the
+flashinfer-bench convention) get torch tensors on the CPU and need torch installed (``pip install torch==2.13.0``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ksearch.errors import TaskError
+from ksearch.tasks.definition import Definition
+from ksearch.tasks.inputs import to_float64
+
+_COMPILED: dict[str, object] = {}
+
+
+def _entry(definition: Definition):
+    key = definition.reference
+    if key not in _COMPILED:
+        namespace: dict = {}
+        try:
+            exec(compile(definition.reference, f"<reference of {definition.name}>", "exec"), namespace)  # noqa: S102
+        except Exception as e:  # a broken reference is a task error, not ours
+            raise TaskError(f"reference of {definition.name!r} does not load: {type(e).__name__}: {e}") from None
+        if not callable(namespace.get("run")):
+            raise TaskError(f"reference of {definition.name!r} defines no function `run`")
+        _COMPILED[key] = namespace["run"]
+    return _COMPILED[key]
+
+
+def run_reference(definition: Definition, inputs: dict) -> dict[str, np.ndarray]:
+    """Outputs of the reference for these inputs, as float64 NumPy arrays keyed by output name.
+
+    Raises:
+        TaskError: the reference fails, returns the wrong number of outputs, or needs torch that is missing.
+    """
+    run = _entry(definition)
+    names = list(definition.outputs)
+    if definition.reference_backend == "torch":
+        result = _run_torch(definition, run, inputs)
+    else:
+        args = {k: (to_float64(v, definition.inputs[k].dtype) if isinstance(v, np.ndarray) else v)
+                for k, v in inputs.items()}
+        try:
+            result = run(**args)
+        except Exception as e:
+            raise TaskError(f"reference of {definition.name!r} failed: {type(e).__name__}: {e}") from None
+    if not isinstance(result, (tuple, list)):
+        result = (result,)
+    if len(result) != len(names):
+        raise TaskError(f"reference of {definition.name!r} returned {len(result)} outputs, definition has {names}")
+    return {n: np.asarray(r, np.float64) for n, r in zip(names, result)}
+
+
+def _run_torch(definition: Definition, run, inputs: dict):
+    try:
+        import torch
+    except ImportError:
+        raise TaskError(f"the reference of {definition.name!r} uses PyTorch; install it with "
+                        "`pip install torch==2.13.0` (CPU build)") from None
+    tdt = {"float32": torch.float32, "float16": torch.float16, "float64": torch.float64, "int64": torch.int64,
+           "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "bool": torch.bool}
+    args = {}
+    for k, v in inputs.items():
+        dtype = definition.inputs[k].dtype
+        if not isinstance(v, np.ndarray):
+            args[k] = v
+        elif dtype == "bfloat16":
+            args[k] = torch.from_numpy(to_float64(v, dtype)).to(torch.bfloat16)
+        else:
+            args[k] = torch.from_numpy(v.copy()).to(tdt[dtype])
+    try:
+        with torch.no_grad():
+            result = run(**args)
+    except Exception as e:
+        raise TaskError(f"reference of {definition.name!r} failed: {type(e).__name__}: {e}") from None
+    if not isinstance(result, (tuple, list)):
+        result = (result,)
+    return [r.detach().to(torch.float64).numpy() if hasattr(r, "detach") else r for r in result]
