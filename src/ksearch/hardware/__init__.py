@@ -1,0 +1,29 @@
+"""Hardware specs: detection of the local CPU, its measured ceilings, the on-disk cache and roofline math."""
+
+from ksearch.hardware.cache import cached_local_spec, home_dir, load_or_measure, load_spec, save_spec
+from ksearch.hardware.cpu import CpuInfo, detect_cpu
+from ksearch.hardware.local import measure_local_spec
+from ksearch.hardware.probes import measure_ceilings
+from ksearch.hardware.roofline import Roofline, achieved_gbs, bound, floor_s, pct_of_floor, roofline
+from ksearch.hardware.spec import CacheLevel, HardwareSpec, Measurement
+
+__all__ = [
+    "CacheLevel",
+    "CpuInfo",
+    "HardwareSpec",
+    "Measurement",
+    "Roofline",
+    "achieved_gbs",
+    "bound",
+    "cached_local_spec",
+    "detect_cpu",
+    "floor_s",
+    "home_dir",
+    "load_or_measure",
+    "load_spec",
+    "measure_ceilings",
+    "measure_local_spec",
+    "pct_of_floor",
+    "roofline",
+    "save_spec",
+]

@@ -1,0 +1,75 @@
+"""On-disk cache of the measured local spec: $KSEARCH_HOME/hardware/<fingerprint>.json."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ksearch.errors import HardwareError
+from ksearch.hardware.cpu import detect_cpu
+from ksearch.hardware.local import local_fingerprint, measure_local_spec
+from ksearch.hardware.probes import compiler_version, find_compiler
+from ksearch.hardware.spec import HardwareSpec
+
+
+def home_dir() -> Path:
+    """ksearch's data directory: $KSEARCH_HOME, default ~/.cache/ksearch (the one place this variable is read)."""
+    return Path(os.environ.get("KSEARCH_HOME") or Path.home() / ".cache" / "ksearch").expanduser()
+
+
+def hardware_dir() -> Path:
+    """Directory of cached hardware specs."""
+    return home_dir() / "hardware"
+
+
+def spec_path(fingerprint: str) -> Path:
+    """File of the cached spec with this fingerprint."""
+    return hardware_dir() / f"{fingerprint}.json"
+
+
+def save_spec(spec: HardwareSpec) -> Path:
+    """Write `spec` atomically under its fingerprint; returns the file. Raises HardwareError without one."""
+    if not spec.fingerprint:
+        raise HardwareError(f"spec {spec.name!r} has no fingerprint to be cached under")
+    path = spec_path(spec.fingerprint)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(spec.model_dump_json(indent=2))
+    os.replace(tmp, path)
+    return path
+
+
+def load_spec(fingerprint: str) -> HardwareSpec | None:
+    """The cached spec with this fingerprint, or None when absent or unreadable (it is then re-measured)."""
+    path = spec_path(fingerprint)
+    try:
+        return HardwareSpec.model_validate_json(path.read_text())
+    except (OSError, ValueError, ValidationError):
+        return None
+
+
+def current_fingerprint() -> str:
+    """Fingerprint of this machine's CPU and compiler. Raises HardwareError when the compiler is missing."""
+    return local_fingerprint(detect_cpu(), compiler_version(find_compiler()))
+
+
+def cached_local_spec() -> HardwareSpec | None:
+    """The cached spec of this machine, or None if it has not been measured (with this compiler)."""
+    return load_spec(current_fingerprint())
+
+
+def load_or_measure(refresh: bool = False, *, seconds_per_probe: float = 0.5) -> HardwareSpec:
+    """The local spec from the cache, or measured (and cached) when absent or `refresh` is set.
+
+    Raises HardwareError when the compiler is missing or a probe fails or times out.
+    """
+    info, cc = detect_cpu(), find_compiler()
+    if not refresh:
+        spec = load_spec(local_fingerprint(info, compiler_version(cc)))
+        if spec is not None:
+            return spec
+    spec = measure_local_spec(info=info, cc=cc, seconds_per_probe=seconds_per_probe)
+    save_spec(spec)
+    return spec

@@ -1,0 +1,90 @@
+"""Roofline math: the least time a workload can take on a device, and how close a timing gets to it.
+
+Pure functions. floor = max(bytes / bandwidth, flops / peak, transcendentals / exp_rate), after Williams,
+Waterman & Patterson, "Roofline: an insightful visual performance model" (CACM 2009), with an exp ceiling added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ksearch.errors import HardwareError
+from ksearch.hardware.spec import HardwareSpec
+
+Bound = Literal["memory", "compute", "exp"]
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Floor of one workload on one device; all times in seconds. `bound` names the largest term."""
+
+    memory_s: float
+    compute_s: float
+    exp_s: float
+    floor_s: float
+    bound: Bound
+
+
+def _non_negative(name: str, value: float) -> float:
+    if not value >= 0:  # also rejects NaN
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return float(value)
+
+
+def roofline(
+    bytes: float, flops: float, transcendentals: float, spec: HardwareSpec, *, dtype: str = "float32"
+) -> Roofline:
+    """Each term of the floor and the floor itself, in seconds.
+
+    bytes: bytes moved to and from main memory (read + written); flops: floating-point operations in `dtype`
+    (an FMA counts 2); transcendentals: exp (or similar special-function) evaluations.
+    Uses spec.memory_bandwidth_gbs (GB/s = 1e9 B/s), spec.peak_flops[dtype] (FLOP/s), spec.exp_rate_per_s (exp/s;
+    the exp term is 0 when the spec has no exp rate). Ties go to memory, then compute.
+    Raises ValueError on a negative input, HardwareError when the spec has no peak for `dtype`.
+    """
+    nbytes = _non_negative("bytes", bytes)
+    nflops = _non_negative("flops", flops)
+    nexp = _non_negative("transcendentals", transcendentals)
+    peak = spec.peak_flops.get(dtype)
+    if peak is None and nflops > 0:
+        raise HardwareError(f"hardware {spec.name!r} has no peak_flops for dtype {dtype!r}: {sorted(spec.peak_flops)}")
+    memory_s = nbytes / (spec.memory_bandwidth_gbs * 1e9)
+    compute_s = nflops / peak if nflops > 0 else 0.0
+    exp_s = nexp / spec.exp_rate_per_s if spec.exp_rate_per_s and nexp > 0 else 0.0
+    terms: dict[Bound, float] = {"memory": memory_s, "compute": compute_s, "exp": exp_s}
+    bound = max(terms, key=terms.__getitem__)  # first of equal maxima wins: memory, compute, exp
+    return Roofline(memory_s=memory_s, compute_s=compute_s, exp_s=exp_s, floor_s=terms[bound], bound=bound)
+
+
+def floor_s(bytes: float, flops: float, transcendentals: float, spec: HardwareSpec, *, dtype: str = "float32") -> float:
+    """The roofline floor in seconds: max(bytes/bandwidth, flops/peak[dtype], transcendentals/exp_rate).
+
+    Units as in `roofline`. Raises ValueError on a negative input.
+    """
+    return roofline(bytes, flops, transcendentals, spec, dtype=dtype).floor_s
+
+
+def bound(bytes: float, flops: float, transcendentals: float, spec: HardwareSpec, *, dtype: str = "float32") -> Bound:
+    """Which term sets the floor: 'memory', 'compute' or 'exp'. Units as in `roofline`."""
+    return roofline(bytes, flops, transcendentals, spec, dtype=dtype).bound
+
+
+def pct_of_floor(time_s: float, floor_s: float) -> float:
+    """100 * floor_s / time_s: 100 means at the floor; over 100 means faster than the floor, i.e. suspect.
+
+    time_s and floor_s in seconds. Raises ValueError unless time_s > 0 and floor_s >= 0.
+    """
+    if not time_s > 0:
+        raise ValueError(f"time_s must be > 0 s, got {time_s!r}")
+    return 100.0 * _non_negative("floor_s", floor_s) / time_s
+
+
+def achieved_gbs(bytes: float, time_s: float) -> float:
+    """Achieved bandwidth in GB/s (1e9 bytes/s) for `bytes` moved in `time_s` seconds.
+
+    Raises ValueError unless time_s > 0 and bytes >= 0.
+    """
+    if not time_s > 0:
+        raise ValueError(f"time_s must be > 0 s, got {time_s!r}")
+    return _non_negative("bytes", bytes) / time_s / 1e9

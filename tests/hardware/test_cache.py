@@ -1,0 +1,49 @@
+import pytest
+
+from ksearch.errors import HardwareError
+from ksearch.hardware import cache, local
+from ksearch.hardware.cache import home_dir, load_or_measure, load_spec, save_spec, spec_path
+
+
+def test_home_dir_reads_ksearch_home(ksearch_home, monkeypatch):
+    assert home_dir() == ksearch_home
+    monkeypatch.delenv("KSEARCH_HOME")
+    assert home_dir().parts[-2:] == (".cache", "ksearch")
+
+
+def test_round_trip(ksearch_home, tiny_spec):
+    path = save_spec(tiny_spec)
+    assert path == ksearch_home / "hardware" / "0123456789abcdef.json"
+    assert load_spec("0123456789abcdef") == tiny_spec
+    assert load_spec("ffffffffffffffff") is None
+
+
+def test_corrupt_file_is_a_miss(ksearch_home, tiny_spec):
+    save_spec(tiny_spec)
+    spec_path("0123456789abcdef").write_text("{not json")
+    assert load_spec("0123456789abcdef") is None
+
+
+def test_save_needs_a_fingerprint(ksearch_home, tiny_spec):
+    with pytest.raises(HardwareError, match="tiny"):
+        save_spec(tiny_spec.model_copy(update={"fingerprint": None}))
+
+
+def test_load_or_measure_uses_the_cache(ksearch_home, tiny_spec, monkeypatch):
+    calls = []
+
+    def fake_measure(**kwargs):
+        calls.append(kwargs)
+        return tiny_spec.model_copy(update={"fingerprint": cache.current_fingerprint()})
+
+    monkeypatch.setattr(cache, "measure_local_spec", fake_measure)
+    first = load_or_measure()
+    assert load_or_measure() == first and len(calls) == 1
+    load_or_measure(refresh=True)
+    assert len(calls) == 2
+    assert cache.cached_local_spec() == first
+
+
+def test_fingerprint_depends_on_compiler():
+    info = local.detect_cpu()
+    assert local.local_fingerprint(info, "gcc 12") != local.local_fingerprint(info, "gcc 13")

@@ -1,0 +1,55 @@
+import pytest
+
+from ksearch.errors import HardwareError
+from ksearch.hardware.roofline import achieved_gbs, bound, floor_s, pct_of_floor, roofline
+
+# tiny_spec: 10 GB/s, 1e11 FLOP/s float32, 1e9 exp/s
+
+
+def test_memory_bound(tiny_spec):
+    r = roofline(1e9, 1e9, 0, tiny_spec)  # 0.1 s of memory, 0.01 s of compute
+    assert r.memory_s == pytest.approx(0.1) and r.compute_s == pytest.approx(0.01) and r.exp_s == 0
+    assert r.floor_s == pytest.approx(0.1) and r.bound == "memory"
+
+
+def test_compute_bound(tiny_spec):
+    assert floor_s(1e6, 1e11, 0, tiny_spec) == pytest.approx(1.0)
+    assert bound(1e6, 1e11, 0, tiny_spec) == "compute"
+
+
+def test_exp_bound(tiny_spec):
+    assert floor_s(1e6, 1e6, 2e9, tiny_spec) == pytest.approx(2.0)
+    assert bound(1e6, 1e6, 2e9, tiny_spec) == "exp"
+
+
+def test_ties_go_to_memory_and_zero_work_has_zero_floor(tiny_spec):
+    assert bound(1e9, 1e10, 1e8, tiny_spec) == "memory"  # 0.1 s each
+    assert roofline(0, 0, 0, tiny_spec).floor_s == 0.0
+
+
+def test_missing_exp_rate_drops_the_exp_term(tiny_spec):
+    no_exp = tiny_spec.model_copy(update={"exp_rate_per_s": None})
+    assert roofline(1e9, 0, 1e12, no_exp).bound == "memory"
+
+
+def test_bad_inputs(tiny_spec):
+    with pytest.raises(ValueError, match="bytes"):
+        floor_s(-1, 0, 0, tiny_spec)
+    with pytest.raises(ValueError, match="nan"):
+        floor_s(0, float("nan"), 0, tiny_spec)
+    with pytest.raises(HardwareError, match="float16"):
+        floor_s(0, 1, 0, tiny_spec, dtype="float16")
+
+
+def test_pct_of_floor():
+    assert pct_of_floor(0.2, 0.1) == pytest.approx(50.0)
+    assert pct_of_floor(0.1, 0.1) == pytest.approx(100.0)
+    assert pct_of_floor(0.05, 0.1) == pytest.approx(200.0)  # faster than the floor: suspect
+    with pytest.raises(ValueError, match="time_s"):
+        pct_of_floor(0.0, 0.1)
+
+
+def test_achieved_gbs():
+    assert achieved_gbs(2e9, 0.5) == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="-1"):
+        achieved_gbs(1e9, -1)
