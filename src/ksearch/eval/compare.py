@@ -33,19 +33,20 @@ def compare(got: np.ndarray, want: np.ndarray, tol: Tolerance) -> tuple[Status, 
     bad_finite = want_finite & ~got_finite
     if bad_finite.any():
         n = int(bad_finite.sum())
-        first = np.unravel_index(int(np.argmax(bad_finite)), got.shape)
+        first = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad_finite)), got.shape))
         return (Status.INCORRECT_NUMERICAL, float("inf"), float("inf"),
                 f"{n} non-finite values where the reference is finite (first at {first}: {got[first]})")
     if (~want_finite & ~(got == want)).any():
         return Status.INCORRECT_NUMERICAL, float("inf"), float("inf"), "non-finite reference values not reproduced"
-    diff = np.abs(np.where(want_finite, got - want, 0.0))
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(np.where(want_finite, got - want, 0.0))
     mag = np.abs(np.where(want_finite, want, 0.0))
     max_abs = float(diff.max())
     significant = mag > tol.atol
     max_rel = float((diff[significant] / mag[significant]).max()) if significant.any() else 0.0
     excess = diff - (tol.atol + tol.rtol * mag)
     if (excess > 0).any():
-        worst = np.unravel_index(int(np.argmax(excess)), got.shape)
+        worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(excess)), got.shape))
         n = int((excess > 0).sum())
         return (Status.INCORRECT_NUMERICAL, max_abs, max_rel,
                 f"{n} of {got.size} elements outside atol={tol.atol:g} rtol={tol.rtol:g}; worst at {worst}: "

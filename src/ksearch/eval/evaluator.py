@@ -278,11 +278,11 @@ class Evaluator:
         res.achieved_gbs = cost.bytes / seconds / 1e9 if seconds > 0 else None
         if self.hardware is None:
             return
-        from ksearch.hardware.roofline import floor_s, pct_of_floor
+        from ksearch.hardware.roofline import pct_of_floor, roofline
 
-        floor, bound = floor_s(cost.bytes, cost.flops, cost.transcendentals, self.hardware)
-        res.floor_ms, res.bound = floor * 1e3, bound
-        res.pct_of_floor = pct_of_floor(seconds, floor)
+        roof = roofline(cost.bytes, cost.flops, cost.transcendentals, self.hardware)
+        res.floor_ms, res.bound = roof.floor_s * 1e3, roof.bound
+        res.pct_of_floor = pct_of_floor(seconds, roof.floor_s)
 
 
 def _died_message(e: WorkerDied) -> str:

@@ -1,0 +1,42 @@
+"""The ``ksearch`` command: one thin module per verb over the importable API."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from ksearch.errors import KsearchError
+
+app = typer.Typer(help="ksearch: world-model-guided search for fast kernels, judged on the real device.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+
+
+def _register() -> None:
+    from ksearch.cli import eval_cmd, tasks_cmd
+
+    app.add_typer(tasks_cmd.app, name="tasks")
+    app.command("eval")(eval_cmd.eval_command)
+    try:
+        from ksearch.cli_hardware import app as hardware_app
+    except ImportError:  # pragma: no cover - during development only
+        hardware_app = None
+    if hardware_app is not None:
+        app.add_typer(hardware_app, name="hardware", help="The local device's spec and measured ceilings.")
+
+
+_register()
+
+
+def main() -> None:
+    """Entry point: user errors print one readable message and exit 2, never a traceback."""
+    try:
+        app()
+    except KsearchError as e:
+        from rich.console import Console
+
+        Console(stderr=True).print(f"[bold red]error:[/] {e}", highlight=False, markup=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)

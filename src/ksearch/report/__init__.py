@@ -1,0 +1,1 @@
+"""Reports: tables for the terminal, JSON summaries (HTML and plots later)."""

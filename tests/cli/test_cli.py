@@ -1,0 +1,54 @@
+import json
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from ksearch.cli import app
+
+from ..eval import kernels
+
+runner = CliRunner()
+
+
+def test_tasks_list_and_show():
+    r = runner.invoke(app, ["tasks", "--json"])
+    assert r.exit_code == 0, r.output
+    assert {t["name"] for t in json.loads(r.output)} >= {"selective-scan", "selective-scan-fp16"}
+    r = runner.invoke(app, ["tasks", "show", "selective-scan", "--json"])
+    data = json.loads(r.output)
+    assert data["definition"]["axes"]["seqlen"]["type"] == "var" and len(data["workloads"]) == 7
+    r = runner.invoke(app, ["tasks", "show", "selective-scan"])
+    assert "def run(u, delta, A, B, C, D, z, delta_bias)" in r.output and "mamba370m-L4096" in r.output
+
+
+def test_eval_json_fields(tmp_path):
+    k = tmp_path / "k.c"
+    from ksearch.tasks import load_task
+
+    k.write_text(load_task("selective-scan").naive_sources["cpu"])
+    r = runner.invoke(app, ["eval", "selective-scan", str(k), "-w", "tiny,odd", "--json", "--seed", "7"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert {"task", "target", "hardware", "workloads"} <= set(data)
+    assert data["hardware"]["memory_bandwidth_gbs"] > 0
+    for w in data["workloads"]:
+        assert {"name", "status", "max_abs_err", "max_rel_err", "median_ms", "spread", "pct_of_floor",
+                "speedup_vs_naive"} <= set(w)
+        assert w["status"] == "PASSED" and w["pct_of_floor"] > 0 and w["speedup_vs_naive"] > 0
+
+
+def test_eval_table_and_failure_exit_code(tmp_path):
+    k = tmp_path / "wrong.c"
+    k.write_text(kernels.WRONG)
+    r = runner.invoke(app, ["eval", "selective-scan", str(k), "-w", "tiny", "--no-naive"])
+    assert r.exit_code == 1
+    assert "INCORRECT_NUMERICAL" in r.output and "roofline floor" in r.output
+
+
+def test_user_errors_are_one_line_not_tracebacks(tmp_path):
+    for args in (["tasks", "show", "no-such-task"], ["eval", "selective-scan", str(tmp_path / "missing.c")],
+                 ["eval", "selective-scan", __file__, "-w", "no-such-workload"]):
+        p = subprocess.run([sys.executable, "-m", "ksearch", *args], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2, (args, p.stderr)
+        assert "error:" in p.stderr and "Traceback" not in p.stderr

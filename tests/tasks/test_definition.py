@@ -1,0 +1,132 @@
+import json
+
+import pytest
+
+from ksearch.errors import TaskError
+from ksearch.tasks import load_definition, load_task, load_workloads
+from ksearch.tasks.definition import Definition, Workload, eval_expr
+
+# A definition written as flashinfer-bench writes them (GQA decode, torch reference, const + var axes).
+FIB_DEFINITION = {
+    "name": "gqa_paged_decode_h32_kv8_d128_ps1",
+    "op_type": "gqa_paged",
+    "tags": ["stage:decode", "status:verified", "model:llama-3.1-8b"],
+    "description": "Batched GQA decode with a paged KV cache.",
+    "axes": {
+        "batch_size": {"type": "var", "description": "Total number of query tokens."},
+        "num_qo_heads": {"type": "const", "value": 32},
+        "num_kv_heads": {"type": "const", "value": 8},
+        "head_dim": {"type": "const", "value": 128},
+        "num_pages": {"type": "var"},
+        "page_size": {"type": "const", "value": 1},
+        "len_indptr": {"type": "var"},
+        "num_kv_indices": {"type": "var"},
+    },
+    "constraints": ["len_indptr == batch_size + 1", "num_kv_indices == kv_indptr[-1].item()"][:1],
+    "inputs": {
+        "q": {"shape": ["batch_size", "num_qo_heads", "head_dim"], "dtype": "bfloat16"},
+        "k_cache": {"shape": ["num_pages", "page_size", "num_kv_heads", "head_dim"], "dtype": "bfloat16"},
+        "v_cache": {"shape": ["num_pages", "page_size", "num_kv_heads", "head_dim"], "dtype": "bfloat16"},
+        "kv_indptr": {"shape": ["len_indptr"], "dtype": "int32"},
+        "kv_indices": {"shape": ["num_kv_indices"], "dtype": "int32"},
+        "sm_scale": {"shape": None, "dtype": "float32", "description": "Softmax scale."},
+    },
+    "outputs": {
+        "output": {"shape": ["batch_size", "num_qo_heads", "head_dim"], "dtype": "bfloat16"},
+        "lse": {"shape": ["batch_size", "num_qo_heads"], "dtype": "float32"},
+    },
+    "reference": "import torch\n\n@torch.no_grad()\ndef run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale):\n"
+                 "    raise NotImplementedError\n",
+}
+
+
+def test_flashinfer_bench_definition_loads_and_round_trips(tmp_path):
+    path = tmp_path / "def.json"
+    path.write_text(json.dumps(FIB_DEFINITION))
+    d = load_definition(path)
+    assert d.var_axes == ["batch_size", "num_pages", "len_indptr", "num_kv_indices"]
+    assert d.inputs["sm_scale"].shape is None
+    assert d.reference_backend == "torch"  # flashinfer-bench's convention
+    again = json.loads(d.model_dump_json(exclude_defaults=True))
+    assert again == FIB_DEFINITION
+    assert Definition.model_validate(again) == d
+
+
+def test_flashinfer_bench_workload_lines_and_traces(tmp_path):
+    lines = [
+        {"uuid": "a1", "axes": {"batch_size": 2, "num_pages": 10, "len_indptr": 3, "num_kv_indices": 10},
+         "inputs": {"q": {"type": "random"}, "sm_scale": {"type": "scalar", "value": 0.088}}},
+        {"definition": "x", "workload": {"uuid": "b2", "axes": {"batch_size": 1, "num_pages": 4, "len_indptr": 2,
+                                                                 "num_kv_indices": 4}, "inputs": {}}},
+    ]
+    path = tmp_path / "w.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n\n")
+    ws = load_workloads(path)
+    assert [w.uuid for w in ws] == ["a1", "b2"]
+    assert ws[0].inputs["sm_scale"].value == 0.088
+    d = Definition.model_validate(FIB_DEFINITION)
+    assert d.axis_values(ws[0])["num_qo_heads"] == 32
+    bad = Workload(axes={"batch_size": 2, "num_pages": 10, "len_indptr": 5, "num_kv_indices": 10})
+    with pytest.raises(TaskError, match="len_indptr == batch_size \\+ 1"):
+        d.axis_values(bad)
+
+
+def test_builtin_selective_scan_shapes_and_cost():
+    t = load_task("selective-scan")
+    d = t.definition
+    assert list(d.inputs) == ["u", "delta", "A", "B", "C", "D", "z", "delta_bias"]
+    assert list(d.outputs) == ["out", "last_state"]
+    w = t.workload("mamba370m-L4096")
+    assert d.axis_values(w) == {"batch": 1, "dim": 2048, "dstate": 16, "seqlen": 4096}
+    c = d.cost_of(w)
+    # every input read once, every output written once: u, delta, z, out (B, D, L) + B, C (B, N, L) + A + 2 D
+    assert c.bytes == 4 * (4 * 2048 * 4096 + 2 * 16 * 4096 + 2048 * 16 + 2 * 2048 + 2048 * 16)
+    assert c.transcendentals == 2048 * 4096 * (16 + 3)
+    fp16 = load_task("selective-scan-fp16").definition
+    assert fp16.inputs["u"].dtype == "float16" and fp16.inputs["A"].dtype == "float32"
+    assert fp16.tolerance_for("float16").rtol == 3e-3
+    assert [w.name for w in t.workloads][-4:] == [f"mamba370m-L{n}" for n in (512, 1024, 2048, 4096)]
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda d: d["inputs"]["u"].update(shape=["batch", "nope"]), "axis 'nope'"),
+    (lambda d: d["inputs"]["u"].update(dtype="float13"), "unknown dtype 'float13'"),
+    (lambda d: d["axes"].update(batch={"type": "sometimes"}), "axes.batch"),
+    (lambda d: d.update(reference="x = 1"), "run"),
+    (lambda d: d.update(constraints=["__import__('os')"]), "not allowed|calls"),
+    (lambda d: d.pop("outputs"), "outputs"),
+])
+def test_malformed_definition_names_the_field(tmp_path, mutate, match):
+    import yaml
+
+    from ksearch.tasks.loader import _BUILTIN_ROOT
+
+    data = yaml.safe_load((_BUILTIN_ROOT / "selective-scan" / "definition.yaml").read_text())
+    mutate(data)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(TaskError, match=match):
+        load_definition(path)
+
+
+def test_unreadable_or_garbled_task_files(tmp_path):
+    (tmp_path / "g.json").write_text("{not json")
+    with pytest.raises(TaskError, match="not valid JSON"):
+        load_definition(tmp_path / "g.json")
+    (tmp_path / "l.json").write_text("[1, 2]")
+    with pytest.raises(TaskError, match="one object"):
+        load_definition(tmp_path / "l.json")
+    with pytest.raises(TaskError, match="no task"):
+        load_task(tmp_path / "missing.yaml")
+    (tmp_path / "w.jsonl").write_text('{"axes": {"batch": "many"}}\n')
+    with pytest.raises(TaskError, match="w.jsonl:1"):
+        load_workloads(tmp_path / "w.jsonl")
+
+
+def test_expressions_are_arithmetic_only():
+    assert eval_expr("max(a, 2) * b + ceil(c / 2)", {"a": 1, "b": 3, "c": 5}) == 9
+    for bad in ("a.__class__", "open('x')", "[x for x in ()]", "lambda: 1"):
+        with pytest.raises(TaskError):
+            eval_expr(bad, {"a": 1})
+    with pytest.raises(TaskError, match="axes"):
+        eval_expr("unknown + 1", {"a": 1})

@@ -1,0 +1,82 @@
+import math
+
+import numpy as np
+import pytest
+
+from ksearch.tasks import load_task
+from ksearch.tasks.inputs import bf16_from_f32, make_inputs, to_float64
+from ksearch.tasks.reference import run_reference
+
+
+def softplus(x):
+    return math.log1p(math.exp(x))
+
+
+def silu(x):
+    return x / (1 + math.exp(-x))
+
+
+def test_reference_matches_hand_computed_case():
+    """batch 1, dim 1, dstate 2, seqlen 2, worked out by hand from the S6 recurrence."""
+    d = load_task("selective-scan").definition
+    u = np.array([[[1.0, -2.0]]])
+    delta = np.array([[[0.3, -0.1]]])
+    A = np.array([[-1.0, -0.5]])
+    B = np.array([[[0.5, 1.0], [2.0, -1.0]]])  # (batch, dstate, seqlen)
+    C = np.array([[[1.0, 0.0], [-1.0, 3.0]]])
+    D = np.array([0.25])
+    z = np.array([[[0.7, -1.2]]])
+    bias = np.array([0.2])
+    dt = [softplus(0.3 + 0.2), softplus(-0.1 + 0.2)]
+    h = [0.0, 0.0]
+    ys = []
+    for t in range(2):
+        h = [math.exp(dt[t] * A[0, n]) * h[n] + dt[t] * B[0, n, t] * u[0, 0, t] for n in range(2)]
+        y = sum(C[0, n, t] * h[n] for n in range(2)) + D[0] * u[0, 0, t]
+        ys.append(y * silu(z[0, 0, t]))
+    out = run_reference(d, dict(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=bias))
+    np.testing.assert_allclose(out["out"][0, 0], ys, rtol=1e-12)
+    np.testing.assert_allclose(out["last_state"][0, 0], h, rtol=1e-12)
+
+
+def test_reference_chunks_carry_state_across_chunk_boundaries():
+    """seqlen 300 spans two of the reference's 256-token chunks: same as one token at a time."""
+    t = load_task("selective-scan")
+    w = t.workload("odd")
+    x = make_inputs(t.definition, w, seed=5)
+    got = run_reference(t.definition, x)
+    f = {k: np.asarray(v, np.float64) for k, v in x.items()}
+    dt = np.logaddexp(0, f["delta"] + f["delta_bias"][None, :, None])
+    h = np.zeros((1, 37, 5))
+    for i in range(333):
+        h = np.exp(dt[:, :, i, None] * f["A"]) * h + (dt[:, :, i] * f["u"][:, :, i])[..., None] * f["B"][:, None, :, i]
+    np.testing.assert_allclose(got["last_state"], h, rtol=1e-10)
+
+
+def test_inputs_are_deterministic_fresh_and_follow_distributions():
+    t = load_task("selective-scan-fp16")
+    w = t.workload("small-b2")
+    a, b, c = (make_inputs(t.definition, w, s) for s in (1, 1, 2))
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert not np.array_equal(a["u"], c["u"])
+    assert a["u"].dtype == np.float16 and a["A"].dtype == np.float32
+    assert a["u"].shape == (2, 64, 128) and a["B"].shape == (2, 16, 128)
+    assert (a["A"] < 0).all() and (a["D"] >= 0.5).all() and (a["delta_bias"] <= -1).all()
+    assert 0.8 < float(np.std(a["u"].astype(np.float32))) < 1.2
+
+
+def test_bfloat16_round_trip():
+    x = np.array([1.0, -2.5, 3.140625, 1e-3], np.float32)
+    back = to_float64(bf16_from_f32(x), "bfloat16")
+    np.testing.assert_allclose(back, x, rtol=2 ** -8)
+    assert back[0] == 1.0 and back[1] == -2.5
+
+
+@pytest.mark.parametrize("task", ["selective-scan", "selective-scan-fp16"])
+def test_reference_output_magnitude_is_not_trivial(task):
+    """Outputs well above atol: a kernel writing zeros cannot pass (see reward-hacks.md, near-zero output)."""
+    t = load_task(task)
+    w = t.workload("small-b2")
+    out = run_reference(t.definition, make_inputs(t.definition, w, 3))
+    tol = t.definition.tolerance_for(t.definition.outputs["out"].dtype)
+    assert np.mean(np.abs(out["out"])) > 50 * tol.atol
