@@ -40,7 +40,8 @@ def rejected(tree, edit, match):
 
 def test_insert_valid_generates_ids():
     t = base()
-    t2, results = apply(t, [Insert(parent_id="A", action=Action(**ACT), rating=7), {"op": "insert", "parent_id": "A", "action": ACT}])
+    batch = [Insert(parent_id="A", action=Action(**ACT), rating=7), {"op": "insert", "parent_id": "A", "action": ACT}]
+    t2, results = apply(t, batch)
     assert [r.node_ids for r in results] == [("n1",), ("n2",)]
     assert t2["n1"].parent_id == "A" and t2["n1"].rating == 7 and t2["n1"].status == NodeStatus.OPEN
     assert t2.next_seq == 3 and "n1" not in t  # the input tree is unchanged
@@ -113,7 +114,10 @@ def test_update_rejected():
 
 def test_split_valid():
     t = base()
-    alts = [NodeSpec(choice="smem", action=Action(**ACT)), NodeSpec(id="regs", choice="regs", action=Action(**ACT), rating=8)]
+    alts = [
+        NodeSpec(choice="smem", action=Action(**ACT)),
+        NodeSpec(id="regs", choice="regs", action=Action(**ACT), rating=8),
+    ]
     t2, res = one(t, Split(node_id="B", into=alts))
     assert res.ok and res.node_ids[:2] == ("n1", "regs")
     assert t2["B"].status == NodeStatus.DROPPED and t2["B1"].status == NodeStatus.DROPPED
