@@ -1,5 +1,6 @@
 import pytest
 
+from ksearch import config
 from ksearch.errors import HardwareError
 from ksearch.hardware import cache, local
 from ksearch.hardware.cache import home_dir, load_or_measure, load_spec, save_spec, spec_path
@@ -47,3 +48,9 @@ def test_load_or_measure_uses_the_cache(ksearch_home, tiny_spec, monkeypatch):
 def test_fingerprint_depends_on_compiler():
     info = local.detect_cpu()
     assert local.local_fingerprint(info, "gcc 12") != local.local_fingerprint(info, "gcc 13")
+
+
+def test_cache_dir_comes_from_config(tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "home_dir", lambda: tmp_path / "from-config")
+    assert home_dir() == tmp_path / "from-config"
+    assert spec_path("ab") == tmp_path / "from-config" / "hardware" / "ab.json"

@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from ksearch import config
 from ksearch.errors import HardwareError
 from ksearch.hardware import probes
 from ksearch.hardware.cpu import detect_cpu
@@ -49,3 +50,12 @@ def test_real_probes_are_positive_and_plausible():
     assert spec.measured["memory_bandwidth_gbs"].bytes >= 250 * 10**6
     assert "-ffast-math" not in spec.measured["peak_flops.float32"].compile_flags
     assert spec.fingerprint and spec.source.startswith("measured on this machine by ksearch probes")
+
+
+def test_find_compiler_takes_cc_from_config(monkeypatch):
+    monkeypatch.setattr(config, "c_compiler", lambda: "sh -e")
+    assert probes.find_compiler() == ["sh", "-e"]
+    assert probes.find_compiler("sh") == ["sh"]  # an explicit compiler wins over the configured one
+    monkeypatch.undo()
+    monkeypatch.setenv("CC", "sh -x")  # read through config.c_compiler
+    assert probes.find_compiler() == ["sh", "-x"]

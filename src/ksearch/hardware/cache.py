@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from ksearch import config
 from ksearch.errors import HardwareError
 from ksearch.hardware.cpu import detect_cpu
 from ksearch.hardware.local import local_fingerprint, measure_local_spec
@@ -15,8 +16,8 @@ from ksearch.hardware.spec import HardwareSpec
 
 
 def home_dir() -> Path:
-    """ksearch's data directory: $KSEARCH_HOME, default ~/.cache/ksearch (the one place this variable is read)."""
-    return Path(os.environ.get("KSEARCH_HOME") or Path.home() / ".cache" / "ksearch").expanduser()
+    """ksearch's data directory: `config.home_dir()` ($KSEARCH_HOME, default ~/.cache/ksearch)."""
+    return config.home_dir()
 
 
 def hardware_dir() -> Path:

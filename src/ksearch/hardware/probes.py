@@ -19,6 +19,7 @@ import tempfile
 from importlib.resources import files
 from pathlib import Path
 
+from ksearch import config
 from ksearch.errors import HardwareError
 from ksearch.hardware.cpu import CpuInfo
 from ksearch.hardware.spec import Measurement
@@ -35,10 +36,14 @@ COMPILE_TIMEOUT_S = 60.0
 
 
 def find_compiler(cc: str | None = None) -> list[str]:
-    """The C compiler command as argv: `cc`, else $CC, else 'cc'. Raises HardwareError if it is not on PATH."""
-    command = shlex.split(cc or os.environ.get("CC") or "cc")
+    """The C compiler command as argv: `cc`, else `config.c_compiler()` ($CC, default 'cc').
+
+    Raises HardwareError if it is not on PATH.
+    """
+    cc = cc or config.c_compiler()
+    command = shlex.split(cc)
     if not command or shutil.which(command[0]) is None:
-        raise HardwareError(f"C compiler {cc or os.environ.get('CC') or 'cc'!r} not found on PATH (set $CC)")
+        raise HardwareError(f"C compiler {cc!r} not found on PATH (set $CC)")
     return command
 
 
