@@ -13,7 +13,7 @@ from pathlib import Path
 
 def home_dir() -> Path:
     """ksearch's state directory (created if missing)."""
-    path = Path(os.environ.get("KSEARCH_HOME") or Path.home() / ".cache" / "ksearch")
+    path = Path(os.environ.get("KSEARCH_HOME") or Path.home() / ".cache" / "ksearch").expanduser()
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -146,6 +146,9 @@ class Definition(_Record):
     tolerance: dict[str, Tolerance] = Field(default_factory=dict)
     cost: CostModel = Field(default_factory=CostModel)
     reference_backend: Literal["torch", "numpy"] = "torch"
+    #: other implementations to time beside the candidates: name -> Python file (relative to the definition's
+    #: directory) defining ``run`` with the reference's signature, e.g. a framework's token-by-token loop.
+    baselines: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _shapes_name_axes(self) -> "Definition":

@@ -34,6 +34,8 @@ class Task:
     workloads: list[Workload]
     naive_sources: dict[str, str] = field(default_factory=dict)
     origin: str = ""
+    #: Python baselines: name -> source defining ``run`` (see Definition.baselines)
+    baseline_sources: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -129,7 +131,13 @@ def _load_dir(d, origin: str) -> Task:
         f = d / f"naive.{target}.{ext}"
         if f.is_file():
             naive[target] = f.read_text()
-    task = Task(definition, workloads, naive, origin)
+    baselines = {}
+    for bname, rel in definition.baselines.items():
+        f = d.joinpath(*rel.split("/"))
+        if not f.is_file():
+            raise TaskError(f"{origin}: baseline {bname!r} file {rel!r} not found")
+        baselines[bname] = f.read_text()
+    task = Task(definition, workloads, naive, origin, baselines)
     for w in workloads:
         definition.axis_values(w)  # every workload must satisfy the axes and constraints
     return task

@@ -1,0 +1,211 @@
+"""The run store: one SQLite file per run (WAL), written only by the controller.
+
+Tables (see MIGRATIONS): ``runs`` (configuration, environment, status), ``candidates`` (sources and hash),
+``evaluations`` (one row per evaluation, numbered by ``seq``, with per-workload metrics as JSON),
+``snapshots`` (the world model and the strategy state after each evaluation), ``edits`` (every tree edit
+proposed, accepted or rejected, with the reason), ``baselines`` (the naive kernel and reference timings).
+
+Durability contract, which resume relies on: an evaluation, the tree snapshot and the strategy state that
+follow from it are written in one transaction (`Store.record_step`). A process killed at any point leaves either
+all of them or none; a candidate whose evaluation was not committed is evaluated again on resume, one whose
+evaluation was committed is never evaluated again.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ksearch.errors import StoreError
+from ksearch.eval.records import Candidate, Evaluation
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _m001_initial(db: sqlite3.Connection) -> None:
+    db.executescript(
+        """
+        CREATE TABLE runs (
+            id TEXT PRIMARY KEY, created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
+            task TEXT NOT NULL, target TEXT NOT NULL, status TEXT NOT NULL,
+            config_json TEXT NOT NULL, environment_json TEXT NOT NULL, hardware_json TEXT
+        );
+        CREATE TABLE candidates (
+            id TEXT PRIMARY KEY, created_at TEXT NOT NULL, node_id TEXT, parent_id TEXT,
+            candidate_json TEXT NOT NULL
+        );
+        CREATE TABLE evaluations (
+            seq INTEGER PRIMARY KEY, created_at TEXT NOT NULL, candidate_id TEXT NOT NULL REFERENCES candidates(id),
+            node_id TEXT, status TEXT NOT NULL, score REAL, evaluation_json TEXT NOT NULL
+        );
+        CREATE UNIQUE INDEX evaluations_candidate ON evaluations(candidate_id);
+        CREATE TABLE snapshots (
+            seq INTEGER PRIMARY KEY, created_at TEXT NOT NULL, tree_json TEXT NOT NULL, state_json TEXT NOT NULL,
+            decision_json TEXT
+        );
+        CREATE TABLE edits (
+            id INTEGER PRIMARY KEY AUTOINCREMENT, created_at TEXT NOT NULL, snapshot_seq INTEGER NOT NULL,
+            source TEXT NOT NULL, edit_json TEXT NOT NULL, accepted INTEGER NOT NULL, reason TEXT NOT NULL
+        );
+        CREATE TABLE baselines (
+            name TEXT PRIMARY KEY, created_at TEXT NOT NULL, kind TEXT NOT NULL, result_json TEXT NOT NULL
+        );
+        """
+    )
+
+
+#: Schema migrations, applied in order and recorded by name in ``migrations``.
+MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
+    ("001_initial", _m001_initial),
+]
+
+
+class Store:
+    """Access to one run's SQLite file. Raises StoreError for a missing, locked or foreign file."""
+
+    def __init__(self, path: Path, create: bool = False):
+        self.path = Path(path)
+        if not create and not self.path.is_file():
+            raise StoreError(f"no run store at {self.path}")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path} is not a usable ksearch run store: {e}") from None
+
+    def _migrate(self) -> None:
+        self.db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+        done = {r[0] for r in self.db.execute("SELECT name FROM migrations")}
+        known = {name for name, _ in MIGRATIONS}
+        if done - known:
+            raise StoreError(f"{self.path} was written by a newer ksearch (migrations {sorted(done - known)})")
+        for name, fn in MIGRATIONS:
+            if name not in done:
+                with self.transaction():
+                    fn(self.db)
+                    self.db.execute("INSERT INTO migrations VALUES (?, ?)", (name, _now()))
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """All statements inside commit together or not at all."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- run ----------------------------------------------------------------------------------------
+
+    def create_run(self, run_id: str, task: str, target: str, config: dict, environment: dict,
+                   hardware: dict | None) -> None:
+        with self.transaction() as db:
+            db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?)",
+                       (run_id, _now(), _now(), task, target, "running", json.dumps(config),
+                        json.dumps(environment), json.dumps(hardware) if hardware else None))
+
+    def run(self) -> dict[str, Any]:
+        row = self.db.execute("SELECT id, created_at, updated_at, task, target, status, config_json, "
+                              "environment_json, hardware_json FROM runs").fetchone()
+        if row is None:
+            raise StoreError(f"{self.path} holds no run")
+        keys = ("id", "created_at", "updated_at", "task", "target", "status", "config", "environment", "hardware")
+        out = dict(zip(keys, row))
+        for k in ("config", "environment", "hardware"):
+            out[k] = json.loads(out[k]) if out[k] else None
+        return out
+
+    def set_status(self, status: str) -> None:
+        with self.transaction() as db:
+            db.execute("UPDATE runs SET status = ?, updated_at = ?", (status, _now()))
+
+    # -- baselines ----------------------------------------------------------------------------------
+
+    def put_baseline(self, name: str, kind: str, result: dict) -> None:
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO baselines VALUES (?,?,?,?)", (name, _now(), kind, json.dumps(result)))
+
+    def baseline(self, name: str) -> dict | None:
+        row = self.db.execute("SELECT result_json FROM baselines WHERE name = ?", (name,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    # -- candidates and evaluations -----------------------------------------------------------------
+
+    def candidate(self, candidate_id: str) -> Candidate | None:
+        row = self.db.execute("SELECT candidate_json FROM candidates WHERE id = ?", (candidate_id,)).fetchone()
+        return Candidate.model_validate_json(row[0]) if row else None
+
+    def evaluation_of(self, candidate_id: str) -> Evaluation | None:
+        row = self.db.execute("SELECT evaluation_json FROM evaluations WHERE candidate_id = ?",
+                              (candidate_id,)).fetchone()
+        return Evaluation.model_validate_json(row[0]) if row else None
+
+    def evaluations(self) -> list[tuple[int, str | None, Evaluation]]:
+        """(seq, node_id, evaluation) in order."""
+        return [(seq, node, Evaluation.model_validate_json(js)) for seq, node, js in
+                self.db.execute("SELECT seq, node_id, evaluation_json FROM evaluations ORDER BY seq")]
+
+    def evaluation_count(self) -> int:
+        return self.db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+
+    def record_step(self, candidate: Candidate, evaluation: Evaluation, score: float | None, tree_json: str,
+                    state_json: str, decision_json: str | None,
+                    edits: list[tuple[str, str, bool, str]] = ()) -> int:
+        """Write one evaluation with the tree and state that follow from it, atomically; returns its seq.
+
+        ``edits``: (source, edit JSON, accepted, reason) of the tree edits made from this evaluation.
+        """
+        with self.transaction() as db:
+            db.execute("INSERT OR IGNORE INTO candidates VALUES (?,?,?,?,?)",
+                       (candidate.id, _now(), candidate.node_id, candidate.parent_id, candidate.model_dump_json()))
+            cur = db.execute("INSERT INTO evaluations (created_at, candidate_id, node_id, status, score, "
+                             "evaluation_json) VALUES (?,?,?,?,?,?)",
+                             (_now(), candidate.id, candidate.node_id, evaluation.status.value, score,
+                              evaluation.model_dump_json()))
+            seq = cur.lastrowid
+            self._snapshot(db, seq, tree_json, state_json, decision_json, edits)
+            db.execute("UPDATE runs SET updated_at = ?", (_now(),))
+        return seq
+
+    def record_snapshot(self, tree_json: str, state_json: str, edits: list[tuple[str, str, bool, str]] = ()) -> None:
+        """A tree change not tied to an evaluation (the initial tree, planner edits); seq 0 before any."""
+        with self.transaction() as db:
+            self._snapshot(db, self.evaluation_count(), tree_json, state_json, None, edits)
+
+    @staticmethod
+    def _snapshot(db, seq, tree_json, state_json, decision_json, edits) -> None:
+        db.execute("INSERT OR REPLACE INTO snapshots VALUES (?,?,?,?,?)",
+                   (seq, _now(), tree_json, state_json, decision_json))
+        for source, edit_json, accepted, reason in edits:
+            db.execute("INSERT INTO edits (created_at, snapshot_seq, source, edit_json, accepted, reason) "
+                       "VALUES (?,?,?,?,?,?)", (_now(), seq, source, edit_json, int(accepted), reason))
+
+    def latest_snapshot(self) -> tuple[int, str, str] | None:
+        """(seq, tree JSON, state JSON) of the newest snapshot, or None."""
+        row = self.db.execute("SELECT seq, tree_json, state_json FROM snapshots ORDER BY seq DESC LIMIT 1").fetchone()
+        return tuple(row) if row else None
+
+    def decisions(self) -> list[dict]:
+        """The strategy's decisions in order (from the snapshots of each evaluation)."""
+        return [json.loads(r[0]) for r in
+                self.db.execute("SELECT decision_json FROM snapshots WHERE decision_json IS NOT NULL ORDER BY seq")]
+
+    def edit_log(self) -> list[dict]:
+        return [{"seq": s, "source": src, "edit": json.loads(e), "accepted": bool(a), "reason": r}
+                for s, src, e, a, r in self.db.execute(
+                    "SELECT snapshot_seq, source, edit_json, accepted, reason FROM edits ORDER BY id")]
