@@ -13,16 +13,17 @@ app = typer.Typer(help="ksearch: world-model-guided search for fast kernels, jud
 
 
 def _register() -> None:
-    from ksearch.cli import eval_cmd, tasks_cmd
+    from ksearch.cli import eval_cmd, run_cmd, tasks_cmd
 
-    app.add_typer(tasks_cmd.app, name="tasks")
+    app.command("run")(run_cmd.run_command)
+    app.command("resume")(run_cmd.resume_command)
+    app.add_typer(run_cmd.runs_app, name="runs")
+    app.command("show")(run_cmd.show_command)
     app.command("eval")(eval_cmd.eval_command)
-    try:
-        from ksearch.cli_hardware import app as hardware_app
-    except ImportError:  # pragma: no cover - during development only
-        hardware_app = None
-    if hardware_app is not None:
-        app.add_typer(hardware_app, name="hardware", help="The local device's spec and measured ceilings.")
+    app.add_typer(tasks_cmd.app, name="tasks")
+    from ksearch.cli_hardware import app as hardware_app
+
+    app.add_typer(hardware_app, name="hardware", help="The local device's spec and measured ceilings.")
 
 
 _register()

@@ -10,6 +10,7 @@ the outputs of the last timed call are checked again.
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
 import tempfile
@@ -48,12 +49,18 @@ class EvalConfig:
     timing: TimingPlan = field(default_factory=TimingPlan)
     stop_on_failure: bool = True
     reference_cache_bytes: int = 2 << 30
+    input_cache_bytes: int = 3 << 30
 
 
-def _shared_dir() -> Path:
+def _shared_dir(prefix: str = "ksearch-eval-") -> Path:
+    """A new directory in shared memory (/dev/shm) when there is one, else in the temp directory."""
     shm = Path("/dev/shm")
-    base = shm if shm.is_dir() and shm.stat().st_mode & 0o002 else None
-    return Path(tempfile.mkdtemp(prefix="ksearch-eval-", dir=base))
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+
+
+def _nbytes(arrays: dict) -> int:
+    return sum(v.nbytes for v in arrays.values() if isinstance(v, np.ndarray))
 
 
 class Evaluator:
@@ -77,6 +84,9 @@ class Evaluator:
         self.progress = progress or (lambda msg: None)
         self._refs: OrderedDict[tuple[str, int], dict[str, np.ndarray]] = OrderedDict()
         self._ref_bytes = 0
+        self._inputs: OrderedDict[tuple[str, int], tuple[dict, Path]] = OrderedDict()
+        self._input_bytes = 0
+        self._input_root: Path | None = None
         self.naive_ms: dict[str, float] = {}
 
     # -- reference ----------------------------------------------------------------------------------
@@ -97,6 +107,43 @@ class Evaluator:
             self._ref_bytes -= sum(v.nbytes for v in old.values())
         return outs
 
+    # -- inputs -------------------------------------------------------------------------------------
+
+    def inputs(self, workload: Workload, seed: int) -> tuple[dict, Path]:
+        """Inputs for (workload, seed) and the directory holding them as files (``in.<name>``), made once and
+        reused by later evaluations (LRU, bounded in bytes). Each evaluation still runs in a fresh process,
+        and the files are verified unchanged after every call."""
+        key = (workload.uuid, seed)
+        if key in self._inputs:
+            self._inputs.move_to_end(key)
+            return self._inputs[key]
+        if self._input_root is None:
+            self._input_root = _shared_dir("ksearch-inputs-")
+        inputs = make_inputs(self.definition, workload, seed)
+        folder = self._input_root / f"{len(self._inputs)}-{seed % 100000}-{workload.uuid[:8]}"
+        folder.mkdir()
+        for name, value in inputs.items():
+            if isinstance(value, np.ndarray):
+                value.tofile(folder / f"in.{name}")
+        self._inputs[key] = (inputs, folder)
+        self._input_bytes += _nbytes(inputs)
+        while self._input_bytes > self.config.input_cache_bytes and len(self._inputs) > 1:
+            _, (old, old_dir) = self._inputs.popitem(last=False)
+            self._input_bytes -= _nbytes(old)
+            shutil.rmtree(old_dir, ignore_errors=True)
+        return inputs, folder
+
+    def close(self) -> None:
+        """Remove the input files (also done at interpreter exit)."""
+        if self._input_root is not None:
+            shutil.rmtree(self._input_root, ignore_errors=True)
+            self._input_root = None
+            self._inputs.clear()
+            self._input_bytes = 0
+
+    def __del__(self):
+        self.close()
+
     # -- the naive baseline -------------------------------------------------------------------------
 
     def naive_candidate(self) -> Candidate:
@@ -104,20 +151,27 @@ class Evaluator:
         source = self.task.naive_sources[self.target.name]
         return Candidate(target=self.target.name, sources={"kernel.c": source}, meta={"role": "naive"})
 
-    def measure_naive(self, workloads: list[Workload]) -> Evaluation:
+    def measure_naive(self, workloads: list[Workload], timing: bool | str = True) -> Evaluation:
         """Evaluate the naive kernel on these workloads and remember its median times for speedups."""
-        ev = self.evaluate(self.naive_candidate(), [w.name or w.uuid for w in workloads], with_speedup=False)
+        ev = self.evaluate(self.naive_candidate(), [w.name or w.uuid for w in workloads], timing, with_speedup=False)
+        self.remember_naive(ev)
+        return ev
+
+    def remember_naive(self, ev: Evaluation) -> None:
+        """Take the naive kernel's median times from an evaluation of it (e.g. one stored by a run)."""
         for r in ev.workloads:
             if r.median_ms is not None:
                 self.naive_ms[r.workload] = r.median_ms
-        return ev
 
     # -- evaluation ---------------------------------------------------------------------------------
 
-    def evaluate(self, candidate: Candidate, workloads: list[str] | None = None, timing: bool = True,
-                 with_speedup: bool = True) -> Evaluation:
+    def evaluate(self, candidate: Candidate, workloads: list[str] | None = None,
+                 timing: bool | str = True, with_speedup: bool = True) -> Evaluation:
         """Judge one candidate on the named workloads (all when None). Never raises for a bad kernel:
-        its fault is in the returned Evaluation's status and messages."""
+        its fault is in the returned Evaluation's status and messages.
+
+        ``timing``: True times every workload, False none, ``"bench"`` only workloads whose purpose is bench.
+        """
         selected = self.task.select(workloads)
         ev = Evaluation(candidate_id=candidate.id, task=self.task.name, target=self.target.name,
                         hardware=getattr(self.hardware, "name", "") or "", status=Status.PASSED)
@@ -155,7 +209,8 @@ class Evaluator:
                         ev.workloads.append(WorkloadResult(workload=wl.label, status=Status.RUNTIME_ERROR,
                                                            message=reply.get("error", "load failed")))
                         continue
-                result = self._run_one(worker, wl, timing, scratch)
+                timed = timing if isinstance(timing, bool) else wl.purpose == timing
+                result = self._run_one(worker, wl, timed, scratch)
                 if with_speedup and result.median_ms and wl.label in self.naive_ms:
                     result.speedup_vs_naive = self.naive_ms[wl.label] / result.median_ms
                 ev.workloads.append(result)
@@ -175,14 +230,14 @@ class Evaluator:
         out_arrays: dict[str, Path] = {}
         for seed in self.config.seeds:
             self.progress(f"check {wl.label} ({res.checks + 1}/{len(self.config.seeds)})")
-            inputs = make_inputs(d, wl, seed)
+            inputs, in_dir = self.inputs(wl, seed)
             want = self.reference(wl, seed, inputs)
-            args, out_arrays = self._write_args(inputs, axes, scratch)
+            args, out_arrays = self._write_args(inputs, in_dir, axes, scratch)
             status, msg = self._call(worker, args, self.config.timeout_s)
             if status is not Status.PASSED:
                 res.status, res.message = status, msg
                 return res
-            status, msg, a, r = self._check(inputs, out_arrays, want, axes, scratch)
+            status, msg, a, r = self._check(inputs, in_dir, out_arrays, want, axes)
             res.checks += 1
             max_abs, max_rel = max(max_abs, a), max(max_rel, r)
             res.max_abs_err, res.max_rel_err = max_abs, max_rel
@@ -192,13 +247,13 @@ class Evaluator:
         if not timing:
             return res
         self.progress(f"time {wl.label}")
-        plan = self.config.timing
+        plan = self.config.timing.model_copy(update={"flush_bytes": self._flush_bytes(wl)})
         budget = self.config.timeout_s * (plan.warmup + 2) + plan.max_time_s * 2
         reply_times, status, msg = self._time(worker, args, plan, budget)
         if status is not Status.PASSED:
             res.status, res.message = status, msg
             return res
-        status, msg, a, r = self._check(inputs, out_arrays, want, axes, scratch)
+        status, msg, a, r = self._check(inputs, in_dir, out_arrays, want, axes)
         if status is not Status.PASSED:
             res.status, res.message = status, f"outputs of the timed calls: {msg}"
             return res
@@ -207,7 +262,8 @@ class Evaluator:
         self._roofline(wl, res)
         return res
 
-    def _write_args(self, inputs: dict, axes: dict[str, int], scratch: Path) -> tuple[list[dict], dict[str, Path]]:
+    def _write_args(self, inputs: dict, in_dir: Path, axes: dict[str, int],
+                    scratch: Path) -> tuple[list[dict], dict[str, Path]]:
         d = self.definition
         args: list[dict] = []
         for name, spec in d.inputs.items():
@@ -215,8 +271,7 @@ class Evaluator:
             if spec.shape is None:
                 args.append({"kind": "scalar", "value": value})
                 continue
-            path = scratch / f"in.{name}"
-            value.tofile(path)
+            path = in_dir / f"in.{name}"
             args.append({"kind": "array", "path": str(path), "dtype": value.dtype.str,
                          "shape": list(value.shape), "writable": False})
         outs: dict[str, Path] = {}
@@ -232,19 +287,21 @@ class Evaluator:
         args += [{"kind": "scalar", "value": int(axes[a])} for a in d.axes]
         return args, outs
 
-    def _check(self, inputs, out_paths, want, axes, scratch) -> tuple[Status, str, float, float]:
+    def _check(self, inputs, in_dir, out_paths, want, axes) -> tuple[Status, str, float, float]:
         d = self.definition
         for name, value in inputs.items():
-            if isinstance(value, np.ndarray) and value.size and \
-                    not np.array_equal(np.fromfile(scratch / f"in.{name}", value.dtype).reshape(value.shape), value,
-                                       equal_nan=value.dtype.kind == "f"):
-                return Status.REJECTED, f"the kernel modified its input {name!r}", float("nan"), float("nan")
+            if isinstance(value, np.ndarray) and value.size:
+                path = in_dir / f"in.{name}"
+                if not np.array_equal(np.fromfile(path, np.uint8), value.reshape(-1).view(np.uint8)):  # bitwise
+                    value.tofile(path)  # restore it for the next candidate
+                    return Status.REJECTED, f"the kernel modified its input {name!r}", float("nan"), float("nan")
         worst_abs = worst_rel = 0.0
         for name, spec in d.outputs.items():
             shape = d.shape_of(spec, axes) or ()
             got = np.fromfile(out_paths[name], numpy_dtype(spec.dtype)).reshape(shape)
-            status, a, r, msg = compare(to_float64(got, spec.dtype), np.asarray(want[name], np.float64),
-                                        d.tolerance_for(spec.dtype))
+            if spec.dtype == "bfloat16":
+                got = to_float64(got, spec.dtype)
+            status, a, r, msg = compare(got, want[name], d.tolerance_for(spec.dtype))
             worst_abs, worst_rel = max(worst_abs, a), max(worst_rel, r)
             if status is not Status.PASSED:
                 return status, f"output {name!r}: {msg}", worst_abs, worst_rel
@@ -271,6 +328,14 @@ class Evaluator:
         if not reply.get("ok") or not reply.get("times_ms"):
             return [], Status.RUNTIME_ERROR, reply.get("error", "timing failed")
         return [float(t) for t in reply["times_ms"]], Status.PASSED, ""
+
+    def _flush_bytes(self, wl: Workload) -> int:
+        """Bytes to write between timed repeats to evict the caches: twice the last-level cache, or none when
+        the workload's own data is already four times larger than that cache (it cannot stay cached)."""
+        llc = self.hardware.last_level_cache_bytes() if self.hardware is not None else None
+        if not llc:
+            return self.config.timing.flush_bytes
+        return 0 if self.definition.cost_of(wl).bytes >= 4 * llc else 2 * llc
 
     def _roofline(self, wl: Workload, res: WorkloadResult) -> None:
         cost = self.definition.cost_of(wl)

@@ -30,8 +30,7 @@ def _now() -> str:
 
 
 def _m001_initial(db: sqlite3.Connection) -> None:
-    db.executescript(
-        """
+    _script(db, """
         CREATE TABLE runs (
             id TEXT PRIMARY KEY, created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
             task TEXT NOT NULL, target TEXT NOT NULL, status TEXT NOT NULL,
@@ -57,8 +56,14 @@ def _m001_initial(db: sqlite3.Connection) -> None:
         CREATE TABLE baselines (
             name TEXT PRIMARY KEY, created_at TEXT NOT NULL, kind TEXT NOT NULL, result_json TEXT NOT NULL
         );
-        """
-    )
+        """)
+
+
+def _script(db: sqlite3.Connection, sql: str) -> None:
+    """Run ;-separated DDL inside the caller's transaction (executescript would commit it)."""
+    for statement in sql.split(";"):
+        if statement.strip():
+            db.execute(statement)
 
 
 #: Schema migrations, applied in order and recorded by name in ``migrations``.

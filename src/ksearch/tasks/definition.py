@@ -253,13 +253,16 @@ class Workload(_Record):
     """Concrete values for a definition's var axes, and how each input is made.
 
     Field names as in flashinfer-bench's Workload; inputs not listed are drawn at random.
-    ``name`` is a ksearch extension for display (defaults to the axis values).
+    ``name`` (for display; defaults to the axis values) and ``purpose`` are ksearch extensions.
     """
 
     uuid: str = Field(default_factory=lambda: str(uuidlib.uuid4()))
     axes: dict[str, int]
     inputs: dict[str, InputSpec] = Field(default_factory=dict)
     name: str | None = None
+    #: ksearch extension: ``check`` workloads are small shapes for correctness only (a search does not time
+    #: them); ``bench`` workloads are checked and timed, and the search's objective is measured on them.
+    purpose: Literal["check", "bench"] = "bench"
 
     @property
     def label(self) -> str:

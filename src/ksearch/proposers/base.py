@@ -1,0 +1,43 @@
+"""The proposer contract: the planner's edits and the coder's kernels, as plain records.
+
+A proposer is stateless between calls: everything it needs to continue is in the tree (node payloads), so a
+resumed run asks it the same questions and gets the same answers.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ksearch.errors import SearchError
+from ksearch.eval.records import Candidate
+from ksearch.search.edits import Edit
+from ksearch.search.strategy import SearchState
+from ksearch.search.worldmodel import Tree
+
+
+class Proposer(Protocol):
+    name: str
+
+    def initial_edits(self, tree: Tree) -> list[Edit]:
+        """Edits that build the first tree under the (measured) root: competing kernel families and open
+        actions."""
+
+    def propose(self, tree: Tree, node_id: str, parent: Candidate | None) -> Candidate:
+        """The kernel for an open node: the node's action applied to its parent's kernel (``parent``; None
+        means the task's naive kernel). Raises KnowledgeError when it cannot render one."""
+
+    def refine(self, tree: Tree, node_id: str, state: SearchState) -> list[Edit]:
+        """Edits after ``node_id`` was evaluated and attached: new open actions under it, ratings and
+        confidences revised from the evidence."""
+
+    def expand(self, tree: Tree, state: SearchState) -> list[Edit]:
+        """Edits when nothing on the frontier can be chosen: new actions, or [] when the ideas are spent."""
+
+
+def get_proposer(name: str, task, target: str, hardware) -> Proposer:
+    """The proposer called ``name`` for (task, target). Raises SearchError naming the known proposers."""
+    if name == "patterns":
+        from ksearch.proposers.patterns import PatternsProposer
+
+        return PatternsProposer(task, target, hardware)
+    raise SearchError(f"unknown proposer {name!r}; known: patterns (the llm proposer is not built yet)")

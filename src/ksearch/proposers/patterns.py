@@ -1,0 +1,153 @@
+"""The offline ``patterns`` proposer: plans and kernels composed from a knowledge pack, no network.
+
+The first tree holds the pack's kernel families as competing first-level branches. When a node's kernel
+passes and is not slower than its parent's, its children are the pack's remaining moves on that path: every
+other choice of a decision still at its default, and every other value of a knob still at its default. Each
+child carries its full path (family, choices, knobs) in its payload, so the kernel of any node renders from
+the node alone and a resumed run renders exactly the same code. Priors (rating, confidence, difficulty,
+impacts) come from the pack; a move already measured elsewhere in the tree starts from that evidence
+instead. After each evaluation the ratings are revised from the measurement (`strategy.revise`).
+"""
+
+from __future__ import annotations
+
+import json
+
+from ksearch.errors import KnowledgeError
+from ksearch.eval.records import Candidate
+from ksearch.knowledge.pack import FAMILY_KEY, Pack, load_pack
+from ksearch.search.edits import Insert, Update
+from ksearch.search.strategy import SearchState, StrategyConfig, revise
+from ksearch.search.worldmodel import ROOT_ID, PASSING, Action, Impacts, Node, NodeStatus, Tree
+
+
+def _path_key(choices: dict, knobs: dict) -> str:
+    return json.dumps({"c": choices, "k": knobs}, sort_keys=True)
+
+
+class PatternsProposer:
+    """Proposer for (task, target) from the knowledge pack, filtered to what the hardware supports.
+
+    Raises:
+        KnowledgeError: no pack for this task and target.
+    """
+
+    name = "patterns"
+
+    def __init__(self, task, target: str, hardware, strategy: StrategyConfig | None = None):
+        self.definition = task.definition
+        pack = load_pack(task.name, target)
+        flags = list(getattr(hardware, "simd_isa", None) or [])
+        self.pack: Pack = pack.applicable(flags) if hardware is not None else pack
+        self.strategy = strategy or StrategyConfig()
+
+    # -- the planner's side -------------------------------------------------------------------------
+
+    def initial_edits(self, tree: Tree) -> list[Insert]:
+        edits = []
+        for fam in self.pack.families:
+            edits.append(Insert(
+                parent_id=ROOT_ID, decision="kernel family", choice=fam.id,
+                action=Action(title=fam.title, description=fam.description, difficulty=fam.difficulty),
+                rating=fam.rating, confidence=fam.confidence, impacts=Impacts(**fam.impacts.model_dump()),
+                payload={"choices": {FAMILY_KEY: fam.id}, "knobs": {}, "step": {"family": fam.id}},
+            ))
+        return edits
+
+    def refine(self, tree: Tree, node_id: str, state: SearchState) -> list[Insert | Update]:
+        edits: list[Insert | Update] = list(revise(tree, node_id, None, self.strategy))
+        node = tree[node_id]
+        if node.status == NodeStatus.SOLVED and node_id != ROOT_ID:
+            edits += self._children(tree, node)
+        return edits
+
+    def expand(self, tree: Tree, state: SearchState) -> list[Insert]:
+        """Children for the best passing node that has none yet (a regressed one too: its code is correct and
+        a later step may recover the loss); [] when every passing node is expanded."""
+        passing = [n for n in tree if n.status in PASSING and n.id != ROOT_ID and not tree.children(n.id)]
+        passing.sort(key=lambda n: -(n.evaluation.score or 0.0))
+        for node in passing:
+            kids = self._children(tree, node)
+            if kids:
+                return kids
+        return []
+
+    def _children(self, tree: Tree, node: Node) -> list[Insert]:
+        choices = dict(node.payload.get("choices", {}))
+        knobs = dict(node.payload.get("knobs", {}))
+        family = choices.get(FAMILY_KEY, self.pack.default_family)
+        resolved = self.pack.resolve(choices, knobs)
+        seen = {_path_key(n.payload.get("choices", {}), n.payload.get("knobs", {})) for n in tree
+                if n.status != NodeStatus.DROPPED}
+        evidence = self._evidence(tree)
+        out: list[Insert] = []
+        for dec in self.pack.decisions_for(family):
+            if dec.id in choices:
+                continue
+            current = resolved.choices[dec.id]
+            for ch in dec.choices:
+                if ch.id == current:
+                    continue
+                new_choices = {**choices, dec.id: ch.id}
+                kept_knobs = {k: v for k, v in knobs.items() if k not in self.pack.decision(dec.id).choice(current).knobs}
+                key = _path_key(new_choices, kept_knobs)
+                if key in seen:
+                    continue
+                seen.add(key)
+                step = {"decision": dec.id, "choice": ch.id}
+                rating, confidence = evidence.get(json.dumps(step, sort_keys=True), (ch.rating, ch.confidence))
+                out.append(Insert(
+                    parent_id=node.id, decision=dec.title, choice=ch.id,
+                    action=Action(title=ch.title, description=ch.description, difficulty=ch.difficulty),
+                    rating=rating, confidence=confidence, impacts=Impacts(**ch.impacts.model_dump()),
+                    payload={"choices": new_choices, "knobs": kept_knobs, "step": step},
+                ))
+        for dec_id, ch_id in resolved.choices.items():
+            ch = self.pack.decision(dec_id).choice(ch_id)
+            for kname, knob in ch.knobs.items():
+                if kname in knobs:
+                    continue
+                for value in knob.values:
+                    if value == resolved.knobs[kname]:
+                        continue
+                    new_knobs = {**knobs, kname: value}
+                    key = _path_key(choices, new_knobs)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    step = {"knob": kname, "value": value}
+                    rating, confidence = evidence.get(json.dumps(step, sort_keys=True), (5.0, 0.3))
+                    out.append(Insert(
+                        parent_id=node.id, decision=f"knob {kname}", choice=f"{kname}={value}",
+                        action=Action(title=f"{kname} = {value}",
+                                      description=knob.description or f"tune {kname} of {dec_id}.{ch_id}",
+                                      difficulty=1),
+                        rating=rating, confidence=confidence, impacts=Impacts(),
+                        payload={"choices": choices, "knobs": new_knobs, "step": step},
+                    ))
+        return out
+
+    @staticmethod
+    def _evidence(tree: Tree) -> dict[str, tuple[float, float]]:
+        """step -> (rating, confidence) of the latest tried node that made the same move elsewhere."""
+        out: dict[str, tuple[float, float]] = {}
+        for n in tree:
+            step = n.payload.get("step")
+            if step and n.status in (NodeStatus.SOLVED, NodeStatus.REGRESSED, NodeStatus.FAILED):
+                out[json.dumps(step, sort_keys=True)] = (n.rating, min(n.confidence, 0.8))
+        return out
+
+    # -- the coder's side ---------------------------------------------------------------------------
+
+    def propose(self, tree: Tree, node_id: str, parent: Candidate | None) -> Candidate:
+        """Render the node's full path. Raises KnowledgeError when the path does not render."""
+        node = tree[node_id]
+        if "choices" not in node.payload:
+            raise KnowledgeError(f"node {node_id!r} has no pack path in its payload (inserted by another planner?)")
+        kernel = self.pack.render(self.definition, node.payload["choices"], node.payload.get("knobs", {}))
+        return Candidate(
+            target=self.pack.target, sources=dict(kernel.sources), entry_point=kernel.entry_point,
+            compile_flags=list(kernel.compile_flags),
+            meta={"proposer": self.name, "pack": kernel.pack, "family": kernel.family, "choices": kernel.choices,
+                  "knobs": kernel.knobs},
+        )

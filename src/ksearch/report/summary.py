@@ -1,0 +1,100 @@
+"""A finished run's summary: per bench workload, the naive kernel, the best kernel and the Python reference
+baseline measured side by side at the end of the run, with speedups and % of the roofline floor; the path
+of decisions that led to the best kernel; the tree as text."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.tree import Tree as RichTree
+
+from ksearch.eval.records import Evaluation
+from ksearch.search.worldmodel import ROOT_ID, NodeStatus, Tree
+
+
+def final_summary(run: dict, evaluations: int, best_node: str | None, best_candidate: str | None,
+                  naive: Evaluation, best: Evaluation | None, reference: dict[str, dict], reference_name: str,
+                  source_path: str | None) -> dict:
+    """The JSON summary of a run (see `ksearch run --json`). Times are medians in ms from the final
+    side-by-side measurement; ``speedup_vs_reference`` is reference ms / best ms."""
+    rows = []
+    for r in naive.workloads:
+        if r.median_ms is None:
+            continue
+        b = best.result(r.workload) if best else None
+        ref = reference.get(r.workload) or {}
+        best_ms = b.median_ms if b else None
+        rows.append({
+            "name": r.workload,
+            "naive_ms": r.median_ms,
+            "best_ms": best_ms,
+            "reference_ms": ref.get("median_ms"),
+            "speedup_vs_naive": (r.median_ms / best_ms) if best_ms else None,
+            "speedup_vs_reference": (ref["median_ms"] / best_ms) if best_ms and ref.get("median_ms") else None,
+            "pct_of_floor": b.pct_of_floor if b else None,
+            "naive_pct_of_floor": r.pct_of_floor,
+            "floor_ms": r.floor_ms,
+            "bound": r.bound,
+        })
+    return {"run_id": run["id"], "task": run["task"], "target": run["target"], "status": run["status"],
+            "evaluations": evaluations, "best_candidate_id": best_candidate, "best_node_id": best_node,
+            "best_source": source_path, "reference_baseline": reference_name, "workloads": rows}
+
+
+def summary_table(summary: dict) -> Table:
+    ref = summary["reference_baseline"]
+    t = Table(title=f"{summary['run_id']}: best kernel vs baselines (medians measured side by side at the end)")
+    for col in ("workload", "naive ms", "best ms", f"{ref} ms", "vs naive", f"vs {ref}", "% of floor",
+                "floor ms"):
+        t.add_column(col, justify="left" if col == "workload" else "right", no_wrap=True)
+
+    def f(x, fmt):
+        return "—" if x is None else format(x, fmt)
+
+    for w in summary["workloads"]:
+        t.add_row(w["name"], f(w["naive_ms"], ".4g"), f(w["best_ms"], ".4g"), f(w["reference_ms"], ".4g"),
+                  f(w["speedup_vs_naive"], ".1f") + "x" if w["speedup_vs_naive"] else "—",
+                  f(w["speedup_vs_reference"], ".1f") + "x" if w["speedup_vs_reference"] else "—",
+                  f(w["pct_of_floor"], ".1f"), "—" if w["floor_ms"] is None else f"{w['floor_ms']:.3g} ({w['bound']})")
+    return t
+
+
+def decision_path(tree: Tree, node_id: str) -> list[str]:
+    """One line per step from the root to the node: decision, choice, measured speedup over naive."""
+    lines = []
+    for n in tree.path(node_id):
+        score = n.evaluation.score if n.evaluation and n.evaluation.score else None
+        what = "naive kernel" if n.id == ROOT_ID else f"{n.decision}: {n.choice}"
+        lines.append(f"{n.id:>5}  {what}" + (f"  ({score:.2f}x naive)" if score else ""))
+    return lines
+
+
+_STYLE = {NodeStatus.SOLVED: "green", NodeStatus.REGRESSED: "yellow", NodeStatus.FAILED: "red",
+          NodeStatus.OPEN: "dim", NodeStatus.DROPPED: "dim strike"}
+
+
+def tree_view(tree: Tree, best_id: str | None = None, show_open: bool = True) -> RichTree:
+    """The world model as an indented tree: id, choice, status, rating/confidence, score."""
+
+    def label(n) -> str:
+        score = f" {n.evaluation.score:.2f}x" if n.evaluation and n.evaluation.score else ""
+        fail = f" {n.evaluation.status}" if n.status == NodeStatus.FAILED and n.evaluation else ""
+        star = " ★ best" if n.id == best_id else ""
+        style = _STYLE.get(n.status, "")
+        text = f"{n.id} {n.decision + ': ' if n.decision and n.id != ROOT_ID else ''}{n.choice}"
+        return (f"[{style}]{text}[/] [{style}]{n.status.value}[/]{score}{fail} "
+                f"[dim](rating {n.rating:.1f}, conf {n.confidence:.2f})[/]{star}")
+
+    root = RichTree(label(tree.root))
+    todo = [(tree.root, root)]
+    while todo:
+        node, branch = todo.pop(0)
+        kids = tree.children(node.id)
+        hidden = 0
+        for k in kids:
+            if not show_open and k.status in (NodeStatus.OPEN, NodeStatus.DROPPED):
+                hidden += 1
+                continue
+            todo.append((k, branch.add(label(k))))
+        if hidden:
+            branch.add(f"[dim]… {hidden} open actions[/]")
+    return root

@@ -1,0 +1,237 @@
+"""The search loop: choose an action, get its kernel, judge it, record what happened, refine the tree.
+
+The controller is the only writer of run state. One *step* = one decision of the strategy, one candidate from
+the proposer, one evaluation by the judge, `attach`, the proposer's refinement edits, and one atomic write
+to the store (evaluation + tree + strategy state). Resume reloads the last committed tree and state, so a
+run killed at any point loses at most the evaluation that was in flight and never repeats a committed one.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
+
+from ksearch import __version__
+from ksearch.errors import KnowledgeError, SearchError
+from ksearch.eval.evaluator import EvalConfig, Evaluator
+from ksearch.eval.protocol import TimingPlan
+from ksearch.eval.records import Candidate, Evaluation, Status
+from ksearch.proposers.base import Proposer
+from ksearch.search.edits import apply
+from ksearch.search.strategy import Decision, SearchState, StrategyConfig, decide, update_state
+from ksearch.search.worldmodel import ROOT_ID, EvalSummary, NodeStatus, Tree, attach
+from ksearch.store.db import Store
+
+
+class RunConfig(BaseModel):
+    """Everything that determines a run's decisions (saved with the run; resume reuses it as saved).
+
+    ``budget``: evaluations of candidates (the naive baseline not counted); ``seed``: the strategy's tie
+    breaks and the correctness inputs' seeds; ``timeout_s``: per kernel call.
+    """
+
+    task: str
+    target: str = "cpu"
+    proposer: str = "patterns"
+    budget: int = Field(default=40, ge=1)
+    seed: int = 0
+    timeout_s: float = 60.0
+    checks: int = Field(default=3, ge=1)
+    timing: TimingPlan = Field(default_factory=TimingPlan)
+    strategy: StrategyConfig = Field(default_factory=StrategyConfig)
+
+
+def correctness_seeds(seed: int, checks: int) -> list[int]:
+    """The run's input seeds: fixed per run, so reference outputs are computed once and reused (each
+    evaluation is a fresh process, so a candidate cannot carry answers from one evaluation to the next)."""
+    return [(seed * 1_000_003 + 7919 * (i + 1)) % (1 << 62) for i in range(checks)]
+
+
+def score_of(ev: Evaluation) -> float | None:
+    """Geometric-mean speedup over the naive kernel across the timed workloads; None if it did not pass."""
+    if ev.status is not Status.PASSED:
+        return None
+    ups = [r.speedup_vs_naive for r in ev.workloads if r.speedup_vs_naive]
+    return math.exp(sum(math.log(u) for u in ups) / len(ups)) if ups else None
+
+
+def summarize(ev: Evaluation) -> EvalSummary:
+    score = score_of(ev)
+    status = ev.status.value if (score is not None or ev.status is not Status.PASSED) else "RUNTIME_ERROR"
+    return EvalSummary(status=status, score=score,
+                       latency_ms={r.workload: r.median_ms for r in ev.workloads if r.median_ms is not None})
+
+
+def environment() -> dict:
+    return {"ksearch": __version__, "python": sys.version.split()[0], "platform": platform.platform(),
+            "machine": platform.machine()}
+
+
+@dataclass
+class StepReport:
+    """What one step did, for progress display."""
+
+    seq: int
+    node_id: str
+    label: str
+    decision: Decision
+    evaluation: Evaluation
+    score: float | None
+    node_status: str
+    reused: bool
+
+
+class Controller:
+    """Runs (or resumes) one search on one store.
+
+    Args:
+        store: the run's store (created, with its run row, by `start`, or an existing one for `resume`).
+        task: the loaded task; evaluator: its judge; proposer: who writes edits and kernels; cfg: RunConfig.
+        progress: called with short status lines during evaluation.
+    """
+
+    def __init__(self, store: Store, task, evaluator: Evaluator, proposer: Proposer, cfg: RunConfig,
+                 progress: Callable[[str], None] | None = None):
+        self.store, self.task, self.evaluator, self.proposer, self.cfg = store, task, evaluator, proposer, cfg
+        self.progress = progress or (lambda msg: None)
+        self.tree: Tree = Tree.new()
+        self.state = SearchState()
+
+    # -- setup --------------------------------------------------------------------------------------
+
+    @staticmethod
+    def eval_config(cfg: RunConfig) -> EvalConfig:
+        return EvalConfig(seeds=correctness_seeds(cfg.seed, cfg.checks), timeout_s=cfg.timeout_s, timing=cfg.timing)
+
+    def start(self) -> None:
+        """Measure the naive kernel as the root, build the first tree, and save both (or reload them)."""
+        snap = self.store.latest_snapshot()
+        if snap is not None:
+            self._load(snap)
+            return
+        self.progress("baseline: judging the naive kernel")
+        naive = self.evaluator.naive_candidate()
+        ev = self.evaluator.evaluate(naive, None, timing="bench", with_speedup=False)
+        if ev.status is not Status.PASSED:
+            raise SearchError(f"the task's naive kernel does not pass ({ev.status.value}): {ev.message}")
+        self.evaluator.remember_naive(ev)
+        for r in ev.workloads:
+            if r.median_ms is not None:
+                r.speedup_vs_naive = 1.0
+        self.store.put_baseline("naive", "candidate", {"candidate": naive.model_dump(mode="json"),
+                                                       "evaluation": ev.model_dump(mode="json")})
+        tree = attach(Tree.new(), ROOT_ID, naive.id, summarize(ev))
+        tree, log = self._apply(tree, self.proposer.initial_edits(tree), "proposer:init")
+        self.tree, self.state = tree, SearchState()
+        self.store.record_snapshot(self.tree.model_dump_json(), self.state.model_dump_json(), log)
+
+    def _load(self, snap) -> None:
+        _, tree_json, state_json = snap
+        self.tree = Tree.model_validate_json(tree_json)
+        self.state = SearchState.model_validate_json(state_json)
+        naive = self.store.baseline("naive")
+        if naive is None:
+            raise SearchError(f"run store {self.store.path} has a tree but no naive baseline")
+        self.evaluator.remember_naive(Evaluation.model_validate(naive["evaluation"]))
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    @property
+    def evaluations(self) -> int:
+        """Candidate evaluations committed so far (what the budget counts)."""
+        return self.store.evaluation_count()
+
+    def done(self) -> bool:
+        return self.evaluations >= self.cfg.budget
+
+    def run(self, on_step: Callable[[StepReport], None] | None = None) -> None:
+        """Steps until the budget is spent or no action is left. Ctrl-C propagates after the store is safe."""
+        while not self.done():
+            report = self.step()
+            if report is None:
+                break
+            if on_step:
+                on_step(report)
+
+    def _decide(self) -> Decision | None:
+        decision = decide(self.tree, self.state, self.cfg.strategy)
+        if decision is None:
+            edits = self.proposer.expand(self.tree, self.state)
+            if edits:
+                self.tree, log = self._apply(self.tree, edits, "proposer:expand")
+                self.store.record_snapshot(self.tree.model_dump_json(), self.state.model_dump_json(), log)
+                decision = decide(self.tree, self.state, self.cfg.strategy)
+        return decision
+
+    def step(self) -> StepReport | None:
+        """One decision, one evaluation, one atomic write. None when nothing is left to try."""
+        decision = self._decide()
+        if decision is None:
+            return None
+        node_id = decision.node_id
+        node = self.tree[node_id]
+        parent_cand = self._candidate_of(node.parent_id)
+        try:
+            candidate = self.proposer.propose(self.tree, node_id, parent_cand)
+        except KnowledgeError as e:  # nothing to judge: the node fails, the run goes on
+            candidate = None
+            evaluation = Evaluation(candidate_id="", task=self.task.name, target=self.cfg.target,
+                                    status=Status.COMPILE_ERROR, message=f"proposer could not write a kernel: {e}")
+            reused = True
+        if candidate is not None:
+            candidate = candidate.model_copy(update={"node_id": node_id,
+                                                     "parent_id": parent_cand.id if parent_cand else None})
+            self.progress(f"{node_id} {node.label}: judging candidate {candidate.id}")
+            previous = self.store.evaluation_of(candidate.id)
+            if previous is not None:  # identical kernel already judged in this run: reuse, don't re-run
+                evaluation, reused = previous, True
+            else:
+                evaluation, reused = self.evaluator.evaluate(candidate, None, timing="bench"), False
+        summary = summarize(evaluation)
+        tree = attach(self.tree, node_id, candidate.id if candidate else None, summary)
+        state = update_state(self.state, tree, node_id, summary)
+        tree, log = self._apply(tree, self.proposer.refine(tree, node_id, state), "proposer:refine")
+        if reused:
+            # no new evaluation row (the budget counts judged kernels); the tree change is still saved
+            self.store.record_snapshot(tree.model_dump_json(), state.model_dump_json(), log)
+            seq = self.evaluations
+        else:
+            seq = self.store.record_step(candidate, evaluation, summary.score, tree.model_dump_json(),
+                                         state.model_dump_json(), decision.model_dump_json(), log)
+        self.tree, self.state = tree, state
+        return StepReport(seq, node_id, node.label, decision, evaluation, summary.score,
+                          tree[node_id].status.value, reused)
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    def _candidate_of(self, node_id: str | None) -> Candidate | None:
+        if node_id is None or node_id == ROOT_ID:
+            return None
+        cid = self.tree[node_id].candidate_id
+        return self.store.candidate(cid) if cid else None
+
+    @staticmethod
+    def _apply(tree: Tree, edits, source: str) -> tuple[Tree, list[tuple[str, str, bool, str]]]:
+        new, results = apply(tree, edits)
+        log = []
+        for edit, res in zip(edits, results):
+            body = edit.model_dump_json() if hasattr(edit, "model_dump_json") else str(edit)
+            log.append((source, body, res.ok, res.reason))
+        return new, log
+
+    def best(self) -> tuple[str, Candidate, Evaluation] | None:
+        """(node id, candidate, evaluation) of the best solved node other than the root, or None."""
+        node = self.tree.best()
+        if node is None or node.id == ROOT_ID:
+            return None
+        cand = self.store.candidate(node.candidate_id)
+        ev = self.store.evaluation_of(node.candidate_id)
+        return node.id, cand, ev
+
+    def failed_nodes(self) -> list[str]:
+        return [n.id for n in self.tree if n.status == NodeStatus.FAILED]

@@ -1,0 +1,152 @@
+"""Start, resume and finish runs: the glue between the CLI and the controller.
+
+A run lives in ``$KSEARCH_HOME/runs/<run id>/``: ``run.sqlite`` (the store), ``lock`` (held while a process
+works on the run), and ``best/`` (the best kernel's sources, written when the run finishes).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+from ksearch.errors import SearchError, StoreError
+from ksearch.eval.baselines import time_baseline
+from ksearch.eval.evaluator import EvalConfig, Evaluator
+from ksearch.eval.records import Evaluation, Status
+from ksearch.proposers.base import get_proposer
+from ksearch.report.summary import final_summary
+from ksearch.search.controller import Controller, RunConfig, environment
+from ksearch.store.db import Store
+from ksearch.store.runs import new_run_id, open_run, run_dir
+from ksearch.targets import get_target
+from ksearch.tasks import load_task
+
+Progress = Callable[[str], None]
+
+
+def _hardware(target: str):
+    if target != "cpu":
+        raise SearchError(f"target {target!r} is not available in this version (only cpu)")
+    from ksearch.hardware.cache import load_or_measure
+
+    return load_or_measure()
+
+
+def _lock(directory: Path):
+    f = open(directory / "lock", "w")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise StoreError(f"run {directory.name} is being worked on by another ksearch process") from None
+    return f
+
+
+class Session:
+    """An open run: its store, controller and lock. Use as a context manager (releases the lock)."""
+
+    def __init__(self, store: Store, cfg: RunConfig, progress: Progress | None = None):
+        self.store, self.cfg = store, cfg
+        self.progress = progress or (lambda m: None)
+        self.dir = store.path.parent
+        self._lock = _lock(self.dir)
+        why = get_target(cfg.target).available()
+        if why:
+            raise SearchError(f"target {cfg.target!r} is not available here: {why}")
+        self.task = load_task(cfg.task)
+        self.hardware = _hardware(cfg.target)
+        self.evaluator = Evaluator(self.task, cfg.target, self.hardware, Controller.eval_config(cfg), self.progress)
+        self.proposer = get_proposer(cfg.proposer, self.task, cfg.target, self.hardware)
+        self.controller = Controller(store, self.task, self.evaluator, self.proposer, cfg, self.progress)
+        self.run_id = store.run()["id"]
+
+    @classmethod
+    def create(cls, cfg: RunConfig, progress: Progress | None = None) -> "Session":
+        load_task(cfg.task)  # fail on a bad task before creating anything
+        run_id = new_run_id(cfg.task)
+        store = Store(run_dir(run_id) / "run.sqlite", create=True)
+        store.create_run(run_id, cfg.task, cfg.target, cfg.model_dump(mode="json"), environment(), None)
+        session = cls(store, cfg, progress)
+        store.db.execute("UPDATE runs SET hardware_json = ?", (session.hardware.model_dump_json(),))
+        return session
+
+    @classmethod
+    def resume(cls, run: str, progress: Progress | None = None, budget: int | None = None) -> "Session":
+        store = open_run(run)
+        cfg = RunConfig.model_validate(store.run()["config"])
+        if budget is not None:
+            if budget < store.evaluation_count():
+                raise SearchError(f"--budget {budget} is below the {store.evaluation_count()} evaluations done")
+            cfg = cfg.model_copy(update={"budget": budget})
+            store.db.execute("UPDATE runs SET config_json = ?", (json.dumps(cfg.model_dump(mode="json")),))
+        return cls(store, cfg, progress)
+
+    def close(self) -> None:
+        self._lock.close()
+        self.store.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, exc_type, *rest) -> None:
+        if exc_type is not None:
+            try:
+                self.store.set_status("interrupted")
+            except Exception:  # the store must not mask the original error
+                pass
+        self.close()
+
+    # -- the end of a run ---------------------------------------------------------------------------
+
+    def finish(self) -> dict:
+        """Write the best kernel's sources, measure naive / best / reference side by side on fresh inputs
+        (kept in the store, so a second call reuses them), and return the summary (see `final_summary`)."""
+        c = self.controller
+        best = c.best()
+        final = self.store.baseline("final")
+        best_id = best[1].id if best else None
+        if final is None or final.get("best_candidate_id") != best_id:
+            final = self._final_measurements(best)
+            self.store.put_baseline("final", "side-by-side", final)
+        source_path = None
+        if best:
+            out = self.dir / "best"
+            out.mkdir(exist_ok=True)
+            for name, text in best[1].sources.items():
+                (out / name).write_text(text)
+            (out / "candidate.json").write_text(best[1].model_dump_json(indent=2))
+            source_path = str(out / next(iter(best[1].sources)))
+        self.store.set_status("finished" if c.done() else "exhausted")
+        best_eval = Evaluation.model_validate(final["best"]) if final.get("best") else None
+        return final_summary(self.store.run(), c.evaluations, best[0] if best else None, best_id,
+                             Evaluation.model_validate(final["naive"]), best_eval, final["reference"],
+                             final["reference_name"], source_path)
+
+    def _final_measurements(self, best) -> dict:
+        cfg = EvalConfig(seeds=[secrets.randbits(62)], timeout_s=self.cfg.timeout_s, timing=self.cfg.timing)
+        ev = Evaluator(self.task, self.cfg.target, self.hardware, cfg, self.progress)
+        bench = [w for w in self.task.workloads if w.purpose == "bench"]
+        names = [w.name or w.uuid for w in bench]
+        self.progress("final: naive kernel on fresh inputs")
+        naive = ev.measure_naive(bench)
+        if naive.status is not Status.PASSED:
+            raise SearchError(f"the naive kernel failed its final check: {naive.message}")
+        best_eval = None
+        if best:
+            self.progress("final: best kernel on fresh inputs")
+            best_eval = ev.evaluate(best[1], names, timing=True)
+            if best_eval.status is not Status.PASSED:
+                self.progress(f"final: the best kernel FAILED on fresh inputs: {best_eval.message}")
+        reference: dict[str, dict] = {}
+        ref_name = next(iter(self.task.baseline_sources), None)
+        if ref_name:
+            for w in names:
+                self.progress(f"final: {ref_name} on {w}")
+                r = time_baseline(self.task, ref_name, w, seed=cfg.seeds[0])
+                reference[w] = r.model_dump(mode="json")
+        return {"best_candidate_id": best[1].id if best else None, "naive": naive.model_dump(mode="json"),
+                "best": best_eval.model_dump(mode="json") if best_eval else None,
+                "reference": reference, "reference_name": ref_name or "reference"}
