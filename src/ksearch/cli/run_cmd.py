@@ -90,12 +90,15 @@ def run_command(
     seed: int = typer.Option(0, help="Seed of the strategy's tie breaks and the correctness inputs."),
     proposer: str = typer.Option("patterns", help="Who writes edits and kernels: patterns (offline)."),
     timeout: float = typer.Option(60.0, help="Seconds one kernel call may take before it is killed."),
+    workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all)."),
     stagnation: int = typer.Option(5, min=1, help="Evaluations without a new best before backing off to "
                                                    "a competing branch."),
     as_json: bool = typer.Option(False, "--json", help="Print the final summary as one JSON object."),
 ) -> None:
     """Search for a faster kernel for TASK, guided by the world model; resumable with `ksearch resume`."""
+    names = [n.strip() for n in workloads.split(",") if n.strip()] or None
     cfg = RunConfig(task=task, target=target, budget=budget, seed=seed, proposer=proposer, timeout_s=timeout,
+                    workloads=names,
                     strategy=StrategyConfig(seed=seed, stagnation_window=stagnation))
     with Session.create(cfg) as session:
         _drive(session, as_json)

@@ -52,11 +52,35 @@ class EvalConfig:
     input_cache_bytes: int = 3 << 30
 
 
-def _shared_dir(prefix: str = "ksearch-eval-") -> Path:
-    """A new directory in shared memory (/dev/shm) when there is one, else in the temp directory."""
+def _shared_base() -> Path:
     shm = Path("/dev/shm")
-    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+def _shared_dir(prefix: str = "ksearch-eval-") -> Path:
+    """A new directory in shared memory (/dev/shm) when there is one, else in the temp directory, named
+    after this process so that `remove_stale_dirs` can clean up after a killed run."""
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=_shared_base()))
+
+
+def remove_stale_dirs() -> int:
+    """Delete judge directories left by ksearch processes that no longer exist (killed runs). Returns how many."""
+    removed = 0
+    for d in _shared_base().glob("ksearch-*-*-*"):
+        try:
+            pid = int(d.name.split("-")[2])
+        except (IndexError, ValueError):
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # still running
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed += 1
+    return removed
 
 
 def _nbytes(arrays: dict) -> int:
@@ -87,6 +111,7 @@ class Evaluator:
         self._inputs: OrderedDict[tuple[str, int], tuple[dict, Path]] = OrderedDict()
         self._input_bytes = 0
         self._input_root: Path | None = None
+        remove_stale_dirs()
         self.naive_ms: dict[str, float] = {}
 
     # -- reference ----------------------------------------------------------------------------------

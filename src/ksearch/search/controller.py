@@ -39,6 +39,7 @@ class RunConfig(BaseModel):
     target: str = "cpu"
     proposer: str = "patterns"
     budget: int = Field(default=40, ge=1)
+    workloads: list[str] | None = None  # None: all of the task's workloads
     seed: int = 0
     timeout_s: float = 60.0
     checks: int = Field(default=3, ge=1)
@@ -101,6 +102,9 @@ class Controller:
         self.progress = progress or (lambda msg: None)
         self.tree: Tree = Tree.new()
         self.state = SearchState()
+        selected = task.select(cfg.workloads)
+        # time the bench workloads; a selection of check workloads only is timed whole (small test runs)
+        self.timing: bool | str = "bench" if any(w.purpose == "bench" for w in selected) else True
 
     # -- setup --------------------------------------------------------------------------------------
 
@@ -116,7 +120,7 @@ class Controller:
             return
         self.progress("baseline: judging the naive kernel")
         naive = self.evaluator.naive_candidate()
-        ev = self.evaluator.evaluate(naive, None, timing="bench", with_speedup=False)
+        ev = self.evaluator.evaluate(naive, self.cfg.workloads, timing=self.timing, with_speedup=False)
         if ev.status is not Status.PASSED:
             raise SearchError(f"the task's naive kernel does not pass ({ev.status.value}): {ev.message}")
         self.evaluator.remember_naive(ev)
@@ -191,7 +195,7 @@ class Controller:
             if previous is not None:  # identical kernel already judged in this run: reuse, don't re-run
                 evaluation, reused = previous, True
             else:
-                evaluation, reused = self.evaluator.evaluate(candidate, None, timing="bench"), False
+                evaluation, reused = self.evaluator.evaluate(candidate, self.cfg.workloads, self.timing), False
         summary = summarize(evaluation)
         tree = attach(self.tree, node_id, candidate.id if candidate else None, summary)
         state = update_state(self.state, tree, node_id, summary)

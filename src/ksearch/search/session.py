@@ -65,7 +65,7 @@ class Session:
 
     @classmethod
     def create(cls, cfg: RunConfig, progress: Progress | None = None) -> "Session":
-        load_task(cfg.task)  # fail on a bad task before creating anything
+        load_task(cfg.task).select(cfg.workloads)  # fail on a bad task or workload before creating anything
         run_id = new_run_id(cfg.task)
         store = Store(run_dir(run_id) / "run.sqlite", create=True)
         store.create_run(run_id, cfg.task, cfg.target, cfg.model_dump(mode="json"), environment(), None)
@@ -128,7 +128,8 @@ class Session:
     def _final_measurements(self, best) -> dict:
         cfg = EvalConfig(seeds=[secrets.randbits(62)], timeout_s=self.cfg.timeout_s, timing=self.cfg.timing)
         ev = Evaluator(self.task, self.cfg.target, self.hardware, cfg, self.progress)
-        bench = [w for w in self.task.workloads if w.purpose == "bench"]
+        selected = self.task.select(self.cfg.workloads)
+        bench = [w for w in selected if w.purpose == "bench"] or selected
         names = [w.name or w.uuid for w in bench]
         self.progress("final: naive kernel on fresh inputs")
         naive = ev.measure_naive(bench)

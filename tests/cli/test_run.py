@@ -1,0 +1,100 @@
+"""`ksearch run` / `resume` / `runs list` / `show` as a user runs them, in real processes."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+ARGS = ["run", "selective-scan", "-w", "tiny,small-b2", "--budget", "5", "--seed", "3"]
+
+
+def ksearch(*args, env, timeout=300):
+    return subprocess.run([sys.executable, "-m", "ksearch", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def count(db, sql):
+    con = sqlite3.connect(db)
+    try:
+        return con.execute(sql).fetchone()[0]
+    except sqlite3.OperationalError:  # tables not there yet
+        return 0
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def env(tmp_path):
+    e = dict(os.environ, KSEARCH_HOME=str(tmp_path / "home"))
+    return e
+
+
+@pytest.mark.slow
+def test_run_json_summary_and_show(env, tmp_path):
+    p = ksearch(*ARGS, "--json", env=env)
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert s["evaluations"] == 5 and s["status"] == "finished"
+    assert {"run_id", "evaluations", "best_candidate_id", "workloads"} <= set(s)
+    for w in s["workloads"]:
+        assert {"name", "naive_ms", "best_ms", "reference_ms", "speedup_vs_naive", "speedup_vs_reference",
+                "pct_of_floor"} <= set(w)
+    assert open(s["best_source"]).read().startswith("/*") or "void run" in open(s["best_source"]).read()
+    listing = json.loads(ksearch("runs", "list", "--json", env=env).stdout)
+    assert listing[0]["id"] == s["run_id"] and listing[0]["evaluations"] == 5
+    shown = ksearch("show", s["run_id"][:-2], env=env)  # a unique prefix is enough
+    assert shown.returncode == 0 and "★ best" in shown.stdout and "naive" in shown.stdout
+
+
+@pytest.mark.slow
+def test_sigkill_during_evaluation_then_resume(env, tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "ksearch", *ARGS], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    runs = tmp_path / "home" / "runs"
+    deadline = time.monotonic() + 240
+    db = None
+    while time.monotonic() < deadline:
+        found = list(runs.glob("*/run.sqlite")) if runs.exists() else []
+        if found and count(found[0], "SELECT COUNT(*) FROM evaluations") >= 2:
+            db = found[0]
+            break
+        time.sleep(0.05)
+    assert db is not None, "the run never reached 2 evaluations"
+    os.killpg(proc.pid, signal.SIGKILL)  # the controller and anything it started in its group
+    proc.wait()
+    done = count(db, "SELECT COUNT(*) FROM evaluations")
+    assert 2 <= done < 5
+    p = ksearch("resume", db.parent.name, "--json", env=env)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["evaluations"] == 5
+    assert count(db, "SELECT COUNT(*) FROM evaluations") == 5
+    assert count(db, "SELECT COUNT(DISTINCT candidate_id) FROM evaluations") == 5
+    # the killed run's judge directories were cleaned up by the next run
+    from ksearch.eval.evaluator import _shared_base
+
+    assert not list(_shared_base().glob(f"ksearch-*-{proc.pid}-*"))
+    assert ksearch("resume", db.parent.name, env=env).returncode == 0  # finished runs resume to their summary
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_cleanly(env, tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "ksearch", *ARGS], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    runs = tmp_path / "home" / "runs"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        found = list(runs.glob("*/run.sqlite")) if runs.exists() else []
+        if found and count(found[0], "SELECT COUNT(*) FROM evaluations") >= 1:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "ksearch resume" in err and "Traceback" not in err
+    listing = json.loads(ksearch("runs", "list", "--json", env=env).stdout)
+    assert listing[0]["status"] == "interrupted"

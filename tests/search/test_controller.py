@@ -1,0 +1,117 @@
+"""The search loop on a deterministic fake judge: decisions, budget, dedup, resume, failures."""
+
+import hashlib
+
+import pytest
+
+from ksearch.eval.records import Candidate, Evaluation, Status, WorkloadResult
+from ksearch.proposers.patterns import PatternsProposer
+from ksearch.search.controller import Controller, RunConfig, score_of
+from ksearch.store.db import Store
+from ksearch.tasks import load_task
+
+TASK = load_task("selective-scan")
+
+
+class FakeJudge:
+    """Scores a kernel by a hash of its source (same source, same score); fails kernels using 'fast-math'."""
+
+    def __init__(self):
+        self.task = TASK
+        self.naive_ms = {}
+        self.calls = []
+
+    def naive_candidate(self):
+        return Candidate(target="cpu", sources={"kernel.c": TASK.naive_sources["cpu"]})
+
+    def remember_naive(self, ev):
+        self.naive_ms = {r.workload: r.median_ms for r in ev.workloads}
+
+    def evaluate(self, candidate, workloads=None, timing=True, with_speedup=True):
+        self.calls.append(candidate.id)
+        if "-ffast-math" in candidate.compile_flags:
+            return Evaluation(candidate_id=candidate.id, task=TASK.name, target="cpu",
+                              status=Status.INCORRECT_NUMERICAL, message="fake: fast-math is wrong here")
+        h = int(hashlib.sha256(candidate.sources["kernel.c"].encode()).hexdigest()[:8], 16)
+        naive = candidate.sources["kernel.c"] == TASK.naive_sources["cpu"]
+        ms = 10.0 if naive else 10.0 / (1.0 + (h % 1000) / 100.0)
+        res = WorkloadResult(workload="mamba370m-L512", status=Status.PASSED, median_ms=ms,
+                             speedup_vs_naive=None if naive else 10.0 / ms)
+        return Evaluation(candidate_id=candidate.id, task=TASK.name, target="cpu", status=Status.PASSED,
+                          workloads=[res])
+
+
+def make(tmp_path, budget=8, seed=0, name="run.sqlite"):
+    store = Store(tmp_path / name, create=True)
+    store.create_run("r", TASK.name, "cpu", {}, {}, None)
+    cfg = RunConfig(task=TASK.name, budget=budget, seed=seed)
+    c = Controller(store, TASK, FakeJudge(), PatternsProposer(TASK, "cpu", None), cfg)
+    return c
+
+
+def decisions(c):
+    return [d["node_id"] for d in c.store.decisions()]
+
+
+def test_run_spends_the_budget_and_never_judges_a_kernel_twice(tmp_path):
+    c = make(tmp_path, budget=10)
+    c.start()
+    c.run()
+    assert c.evaluations == 10
+    judged = c.evaluator.calls[1:]  # the first call is the naive kernel
+    assert len(judged) == len(set(judged)) == 10
+    best = c.best()
+    assert best is not None and best[2].status is Status.PASSED
+    assert c.state.best_score == pytest.approx(score_of(best[2]))
+
+
+def test_same_seed_same_decisions(tmp_path):
+    runs = []
+    for i in range(2):
+        c = make(tmp_path, budget=12, name=f"r{i}.sqlite")
+        c.start()
+        c.run()
+        runs.append(decisions(c))
+    assert runs[0] == runs[1] and len(runs[0]) == 12
+
+
+def test_resume_from_the_store_continues_identically(tmp_path):
+    whole = make(tmp_path, budget=12, name="whole.sqlite")
+    whole.start()
+    whole.run()
+    first = make(tmp_path, budget=12, name="part.sqlite")
+    first.start()
+    for _ in range(5):
+        first.step()
+    # a new process: only the store survives
+    store = Store(tmp_path / "part.sqlite")
+    again = Controller(store, TASK, FakeJudge(), PatternsProposer(TASK, "cpu", None), first.cfg)
+    again.start()
+    assert again.evaluations == 5 and again.tree == first.tree and again.state == first.state
+    again.run()
+    assert again.evaluations == 12
+    assert decisions(again) == decisions(whole)
+    assert again.evaluator.calls[0] not in first.evaluator.calls[1:]  # nothing committed is judged again
+
+
+def test_failures_are_recorded_and_never_become_parents(tmp_path):
+    c = make(tmp_path, budget=30)
+    c.start()
+    c.run()
+    failed = [n for n in c.tree if n.status.value == "failed"]
+    assert failed, "the fake judge fails every fast-math kernel; the search should have tried one"
+    for n in failed:
+        assert not c.tree.children(n.id)
+    evs = c.store.evaluations()
+    assert any(e.status is Status.INCORRECT_NUMERICAL for _, _, e in evs)
+
+
+def test_regression_is_recorded_not_progress(tmp_path):
+    c = make(tmp_path, budget=20)
+    c.start()
+    c.run()
+    regressed = [n for n in c.tree if n.status.value == "regressed"]
+    for n in regressed:
+        assert n.id in c.state.regressions
+        assert n.evaluation.score < c.tree.parent_score(n.id)
+    assert c.tree.best().status.value == "solved"
