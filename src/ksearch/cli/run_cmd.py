@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ksearch.report.summary import decision_path, summary_table, tree_view
@@ -15,7 +14,7 @@ from ksearch.search.session import Session
 from ksearch.search.strategy import StrategyConfig
 from ksearch.store.runs import list_runs, open_run
 
-err = Console(stderr=True)
+err = wide_console(stderr=True)
 
 
 def _drive(session: Session, as_json: bool) -> None:
@@ -44,8 +43,9 @@ def _drive(session: Session, as_json: bool) -> None:
             if not quiet:
                 score = f"{r.score:.2f}x" if r.score else r.evaluation.status.value
                 note = " (same kernel as before, not re-run)" if r.reused else ""
-                bar.console.print(f"  [{r.seq:>3}] {r.node_id:<5} {r.label:<28} {r.node_status:<9} {score}"
-                                  f"{note}  [dim]{r.decision.reason[:60]}[/]", highlight=False)
+                why = r.decision.reason.split(";")[0]
+                bar.console.print(f"  [{r.seq:>3}] {r.node_id:<5} {r.label[:26]:<26} {r.node_status:<9} {score:>8}"
+                                  f"{note}  [dim]{why[:60]}[/]", highlight=False)
 
         try:
             c.run(on_step)
