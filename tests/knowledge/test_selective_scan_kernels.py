@@ -1,0 +1,86 @@
+"""The selective-scan cpu pack's kernels compile and pass the evaluator on small workloads, both dtypes:
+every family's default path, hand-picked fast paths, and a seeded random sample of full paths."""
+
+import random
+
+import pytest
+
+from ksearch.eval.evaluator import EvalConfig, Evaluator
+from ksearch.eval.records import Candidate, Status
+from ksearch.hardware.cpu import detect_cpu
+from ksearch.knowledge import load_pack
+from ksearch.tasks import load_task
+
+SMALL = ["tiny", "small-b2", "odd"]
+TASKS = ["selective-scan", "selective-scan-fp16"]
+
+FAST = {"parallelism": "omp", "state_storage": "registers", "exp": "exp2-poly", "gating": "fused"}
+PICKED = [
+    ({"family": "channel-vectorized", **FAST, "simd": "channel-lanes-avx512", "loads": "vector-transpose",
+      "prefetch": "next-tile"}, {}),
+    ({"family": "channel-vectorized", **FAST, "simd": "channel-lanes-avx2", "loads": "vector-transpose",
+      "prefetch": "next-tile", "compile_flags": "fast-math"}, {"token_tile": 16, "poly_degree": 4}),
+    ({"family": "channel-vectorized", **FAST, "simd": "channel-lanes-generic", "loads": "vector-transpose",
+      "state_storage": "registers"}, {"simd_width": 16, "state_block": 4}),
+    ({"family": "chunked-parallel-scan", **FAST, "simd": "channel-lanes-avx512", "loads": "vector-transpose",
+      "chunking": "fixed-chunks", "prefetch": "next-tile"}, {"chunk_len": 64}),
+    ({"family": "chunked-parallel-scan", "parallelism": "omp", "chunking": "per-thread-chunks",
+      "exp": "libm-exp2f-folded"}, {"chunks_per_thread": 4}),
+    ({"family": "row-sequential", **FAST, "simd": "state-lanes-avx512", "loads": "tiled"}, {}),
+    ({"family": "row-sequential", "simd": "state-lanes-generic", "loop_order": "state-outer",
+      "exp": "exp2-poly"}, {"simd_width": 8}),
+    ({"family": "row-sequential", "state_storage": "registers", "loads": "tiled", "exp": "exp2-poly",
+      "compile_flags": "fast-math"}, {"state_block": 4, "token_tile": 16}),
+]
+
+
+@pytest.fixture(scope="module")
+def pack():
+    return load_pack("selective-scan", "cpu").applicable(detect_cpu().simd_isa)
+
+
+@pytest.fixture(scope="module")
+def evaluators():
+    cfg = EvalConfig(seeds=[101, 102], timeout_s=20.0)
+    return {t: Evaluator(load_task(t), config=cfg) for t in TASKS}
+
+
+def _sample(n: int, seed: int) -> list[tuple[dict, dict]]:
+    """n full paths drawn at random (seeded) from the unfiltered pack: every decision and knob of the family."""
+    full = load_pack("selective-scan", "cpu")
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        fam = rng.choice(full.families).id
+        choices, knobs = {"family": fam}, {}
+        for dec in full.decisions_for(fam):
+            ch = rng.choice(dec.choices)
+            choices[dec.id] = ch.id
+            knobs.update({k: rng.choice(knob.values) for k, knob in ch.knobs.items()})
+        out.append((choices, knobs))
+    return out
+
+
+PATHS = ([({"family": f}, {}) for f in ("row-sequential", "channel-vectorized", "chunked-parallel-scan")]
+         + PICKED + _sample(8, seed=2024))
+
+
+def _id(path):
+    choices, knobs = path
+    return ",".join(f"{v}" for k, v in choices.items()) + ("|" + ",".join(f"{k}={v}" for k, v in knobs.items())
+                                                           if knobs else "")
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("path", PATHS, ids=[_id(p) for p in PATHS])
+def test_kernel_passes_small_workloads(pack, evaluators, task, path):
+    choices, knobs = path
+    missing = [f"{d}.{c}" for d, c in choices.items() if d != "family" and pack.decision(d).choice(c) is None]
+    if missing:
+        pytest.skip(f"this CPU cannot run {missing}")
+    ev = evaluators[task]
+    kernel = pack.render(ev.definition, choices, knobs)
+    cand = Candidate(target="cpu", sources=dict(kernel.sources), entry_point=kernel.entry_point,
+                     compile_flags=list(kernel.compile_flags))
+    res = ev.evaluate(cand, SMALL, timing=False, with_speedup=False)
+    assert res.status is Status.PASSED, f"{kernel.choices} {kernel.knobs}: {res.message}"
+    assert [w.workload for w in res.workloads] == SMALL
