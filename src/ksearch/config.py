@@ -3,6 +3,7 @@
 - ``KSEARCH_HOME``: where ksearch keeps its state (compile cache, hardware specs, runs); default
   ``~/.cache/ksearch``.
 - ``CC`` / ``CXX``: the C / C++ compilers of the cpu target (default ``cc`` / ``c++``).
+- ``HOME``: the user's home, hidden from candidates by the evaluation sandbox.
 """
 
 from __future__ import annotations
@@ -16,6 +17,19 @@ def home_dir() -> Path:
     path = Path(os.environ.get("KSEARCH_HOME") or Path.home() / ".cache" / "ksearch").expanduser()
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def user_homes() -> list[str]:
+    """The invoking user's home directories (``HOME`` and the password database's), which the evaluation
+    sandbox hides from candidates."""
+    import pwd
+
+    homes = {os.path.realpath(os.path.expanduser("~"))}
+    try:
+        homes.add(os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir))
+    except KeyError:
+        pass
+    return sorted(h for h in homes if h not in ("/", ""))
 
 
 def c_compiler() -> str:

@@ -6,10 +6,17 @@ sandboxed worker loads it; for every workload and every correctness seed the con
 the controller compares the outputs with the float64 reference here, never in the worker. Then the worker
 times repeated calls (warm-up, caches flushed and outputs re-poisoned between repeats, median and spread), and
 the outputs of the last timed call are checked again.
+
+Before compiling, the target's static checks (`static_checks`) reject sources that shell out, load code,
+touch the clock, read other processes' files or memory, use inline assembly or load-time code. A timing
+below the roofline floor is re-verified on fresh inputs and timed again; still below, the candidate is
+REJECTED. A worker whose reply stream was tampered with, a kernel that changed an output file's size or
+wrote into the judge's input files is REJECTED too. docs/evaluation.md lists every defense.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import shutil
@@ -22,10 +29,12 @@ from typing import Callable
 
 import numpy as np
 
+from ksearch.eval import static_checks
 from ksearch.eval.compare import compare
+from ksearch.eval.hidden import draw_hidden_workloads
 from ksearch.eval.protocol import TimingPlan
 from ksearch.eval.records import Candidate, Evaluation, Status, WorkloadResult
-from ksearch.eval.sandbox import Worker, WorkerDied, WorkerTimeout, describe_exit
+from ksearch.eval.sandbox import Policy, ProtocolViolation, Worker, WorkerDied, WorkerTimeout, describe_exit
 from ksearch.eval.stats import summarize_times
 from ksearch.targets import get_target
 from ksearch.tasks.definition import Definition, Workload
@@ -41,7 +50,10 @@ _F32_CACHE_ABOVE = 1 << 20
 @dataclass
 class EvalConfig:
     """Knobs of the judge. ``seeds``: one correctness check per seed per workload (fresh inputs each);
-    ``timeout_s``: per kernel call; ``stop_on_failure``: skip the remaining workloads after a failure."""
+    ``timeout_s``: per kernel call; ``stop_on_failure``: skip the remaining workloads after a failure;
+    ``static_checks``: run the target's static checks before compiling (off only to prove the sandbox);
+    ``sandbox``: what the worker's sandbox enforces (its ``cpu_s`` None: derived from the time budget);
+    ``floor_check``: re-verify, then reject, timings below the roofline floor."""
 
     seeds: list[int] = field(default_factory=lambda: [secrets.randbits(63) for _ in range(3)])
     timeout_s: float = 60.0
@@ -50,6 +62,18 @@ class EvalConfig:
     stop_on_failure: bool = True
     reference_cache_bytes: int = 2 << 30
     input_cache_bytes: int = 3 << 30
+    static_checks: bool = True
+    sandbox: Policy = field(default_factory=Policy)
+    floor_check: bool = True
+    #: inputs of the timed calls: a seed no check uses (None: derived from ``seeds``, so the reference is
+    #: computed once per run); the warm-up runs on the last check's inputs
+    timing_seed: int | None = None
+
+    def seed_for_timing(self) -> int:
+        if self.timing_seed is not None:
+            return self.timing_seed
+        seed = (self.seeds[0] * 6364136223846793005 + 1442695040888963407) % (1 << 62) if self.seeds else 7
+        return seed if seed not in self.seeds else seed + 1
 
 
 def _shared_base() -> Path:
@@ -111,6 +135,7 @@ class Evaluator:
         self._inputs: OrderedDict[tuple[str, int], tuple[dict, Path]] = OrderedDict()
         self._input_bytes = 0
         self._input_root: Path | None = None
+        self._input_stats: dict[str, tuple[int, int]] = {}  # path -> (size, mtime_ns) as this process wrote it
         remove_stale_dirs()
         self.naive_ms: dict[str, float] = {}
 
@@ -149,14 +174,44 @@ class Evaluator:
         folder.mkdir()
         for name, value in inputs.items():
             if isinstance(value, np.ndarray):
-                value.tofile(folder / f"in.{name}")
+                self._write_input(value, folder / f"in.{name}")
         self._inputs[key] = (inputs, folder)
         self._input_bytes += _nbytes(inputs)
         while self._input_bytes > self.config.input_cache_bytes and len(self._inputs) > 1:
             _, (old, old_dir) = self._inputs.popitem(last=False)
             self._input_bytes -= _nbytes(old)
             shutil.rmtree(old_dir, ignore_errors=True)
+            self._input_stats = {p: st for p, st in self._input_stats.items() if not p.startswith(f"{old_dir}/")}
         return inputs, folder
+
+    def _write_input(self, value: np.ndarray, path: Path) -> None:
+        value.tofile(path)
+        st = path.stat()
+        self._input_stats[str(path)] = (st.st_size, st.st_mtime_ns)
+
+    def _inputs_tampered(self) -> str | None:
+        """The first file under the input directory that this process did not write as it is now (a kernel
+        that escaped its sandbox wrote there), or None. The input cache is dropped when one is found."""
+        if self._input_root is None:
+            return None
+        found = None
+        for dirpath, dirnames, filenames in os.walk(self._input_root):
+            for f in filenames:
+                path = os.path.join(dirpath, f)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if self._input_stats.get(path) != (st.st_size, st.st_mtime_ns):
+                    found = path
+                    break
+            if found:
+                break
+        if found is None and len(self._input_stats) != sum(1 for _ in self._input_root.rglob("in.*")):
+            found = str(self._input_root)  # a file of ours was removed
+        if found is not None:
+            self.close()
+        return found
 
     def close(self) -> None:
         """Remove the input files (also done at interpreter exit)."""
@@ -164,6 +219,7 @@ class Evaluator:
             shutil.rmtree(self._input_root, ignore_errors=True)
             self._input_root = None
             self._inputs.clear()
+            self._input_stats.clear()
             self._input_bytes = 0
 
     def __del__(self):
@@ -190,16 +246,26 @@ class Evaluator:
 
     # -- evaluation ---------------------------------------------------------------------------------
 
-    def evaluate(self, candidate: Candidate, workloads: list[str] | None = None,
+    def evaluate(self, candidate: Candidate, workloads: list[str | Workload] | None = None,
                  timing: bool | str = True, with_speedup: bool = True) -> Evaluation:
-        """Judge one candidate on the named workloads (all when None). Never raises for a bad kernel:
-        its fault is in the returned Evaluation's status and messages.
+        """Judge one candidate on the named workloads (all when None; Workload records, e.g. hidden ones,
+        are taken as given). Never raises for a bad kernel: its fault is in the returned Evaluation's status
+        and messages.
 
         ``timing``: True times every workload, False none, ``"bench"`` only workloads whose purpose is bench.
         """
-        selected = self.task.select(workloads)
+        selected = [w if isinstance(w, Workload) else self.task.workload(w) for w in workloads] if workloads \
+            else self.task.select(None)
         ev = Evaluation(candidate_id=candidate.id, task=self.task.name, target=self.target.name,
                         hardware=getattr(self.hardware, "name", "") or "", status=Status.PASSED)
+        if self.config.static_checks:
+            self.progress(f"static checks {candidate.id}")
+            findings = static_checks.check(candidate, static_checks.rules_for(self.target.name),
+                                           getattr(self.target, "expand", None))
+            if findings:
+                more = f"; also: {', '.join(sorted({f.rule for f in findings[1:]}))}" if len(findings) > 1 else ""
+                ev.status, ev.message = Status.REJECTED, f"{findings[0]}{more}"
+                return ev
         self.progress(f"compile {candidate.id}")
         built = self.target.compile(candidate, self.definition, self.config.compile_timeout_s)
         ev.compile_log, ev.compile_s = built.log, built.seconds
@@ -214,7 +280,23 @@ class Evaluator:
         failed = next((r for r in ev.workloads if r.status not in (Status.PASSED, Status.SKIPPED)), None)
         if failed is not None:
             ev.status, ev.message = failed.status, f"{failed.workload}: {failed.message}"
+        tampered = self._inputs_tampered()
+        if tampered is not None:
+            ev.status = Status.REJECTED
+            ev.message = f"the kernel wrote outside its scratch directory (into the judge's inputs: {tampered})"
         return ev
+
+    def hidden_workloads(self, secret_seed: int, n: int = 4, like: list[Workload] | None = None) -> list[Workload]:
+        """``n`` workloads the search never saw, drawn from the var axes' valid ranges with ``secret_seed``,
+        each moving no more bytes than the largest of ``like`` (default: the task's workloads). See `hidden`."""
+        return draw_hidden_workloads(self.definition, secret_seed, n, like or self.task.workloads)
+
+    def _cpu_limit_s(self, n_workloads: int) -> int:
+        """CPU seconds a worker may use (all threads): the wall-clock budget of its requests times the cores."""
+        plan = self.config.timing
+        wall = n_workloads * (self.config.timeout_s * (2 * len(self.config.seeds) + plan.warmup + 6)
+                              + 4 * plan.max_time_s) + 60
+        return math.ceil(wall * (os.cpu_count() or 1))
 
     def _run_workloads(self, candidate, artifact, selected, timing, ev, scratch, with_speedup) -> None:
         worker: Worker | None = None
@@ -226,10 +308,20 @@ class Evaluator:
                                                        message="not run: an earlier workload failed"))
                     continue
                 if worker is None or worker.proc.poll() is not None:
-                    worker = Worker(scratch)
-                    reply = worker.request({"op": "load", "target": self.target.name, "artifact": str(artifact),
-                                            "candidate": candidate.model_dump(mode="json"),
-                                            "definition": self.definition.model_dump(mode="json")}, 60.0)
+                    worker = self._start_worker(scratch, artifact, len(selected))
+                    try:
+                        reply = worker.request({"op": "load", "target": self.target.name, "artifact": str(artifact),
+                                                "candidate": candidate.model_dump(mode="json"),
+                                                "definition": self.definition.model_dump(mode="json")}, 60.0)
+                    except (WorkerDied, WorkerTimeout, ProtocolViolation) as e:
+                        status = Status.REJECTED if isinstance(e, ProtocolViolation) else Status.RUNTIME_ERROR
+                        msg = _died_message(e) if isinstance(e, WorkerDied) else str(e)
+                        ev.workloads.append(WorkloadResult(workload=wl.label, status=status,
+                                                           message=f"loading the kernel: {msg}"))
+                        worker.close()
+                        worker = None
+                        continue
+                    ev.sandbox = _sandbox_summary(reply.get("sandbox") or {})
                     if not reply.get("ok"):
                         ev.workloads.append(WorkloadResult(workload=wl.label, status=Status.RUNTIME_ERROR,
                                                            message=reply.get("error", "load failed")))
@@ -239,53 +331,104 @@ class Evaluator:
                 if with_speedup and result.median_ms and wl.label in self.naive_ms:
                     result.speedup_vs_naive = self.naive_ms[wl.label] / result.median_ms
                 ev.workloads.append(result)
-                if result.status in (Status.TIMEOUT, Status.RUNTIME_ERROR):
+                if result.status in (Status.TIMEOUT, Status.RUNTIME_ERROR, Status.REJECTED):
                     worker.close()
                     worker = None
         finally:
             if worker is not None:
                 worker.close()
 
+    def _start_worker(self, scratch: Path, artifact: Path, n_workloads: int) -> Worker:
+        """A fresh worker that may write only the output files (created here, empty, for that reason)."""
+        outs = [scratch / f"out.{name}" for name in self.definition.outputs]
+        for path in outs:
+            path.touch()
+        policy = self.config.sandbox
+        if policy.cpu_s is None:
+            policy = policy.model_copy(update={"cpu_s": self._cpu_limit_s(n_workloads)})
+        return Worker(scratch, policy, writable=outs, readable=[Path(artifact).parent])
+
     def _run_one(self, worker: Worker, wl: Workload, timing: bool, scratch: Path) -> WorkloadResult:
-        d = self.definition
-        axes = d.axis_values(wl)
+        axes = self.definition.axis_values(wl)
         res = WorkloadResult(workload=wl.label, status=Status.PASSED)
-        max_abs = max_rel = 0.0
-        inputs = want = None
-        out_arrays: dict[str, Path] = {}
+        call = None
         for seed in self.config.seeds:
             self.progress(f"check {wl.label} ({res.checks + 1}/{len(self.config.seeds)})")
-            inputs, in_dir = self.inputs(wl, seed)
-            want = self.reference(wl, seed, inputs)
-            args, out_arrays = self._write_args(inputs, in_dir, axes, scratch)
-            status, msg = self._call(worker, args, self.config.timeout_s)
-            if status is not Status.PASSED:
-                res.status, res.message = status, msg
-                return res
-            status, msg, a, r = self._check(inputs, in_dir, out_arrays, want, axes)
-            res.checks += 1
-            max_abs, max_rel = max(max_abs, a), max(max_rel, r)
-            res.max_abs_err, res.max_rel_err = max_abs, max_rel
-            if status is not Status.PASSED:
-                res.status, res.message = status, f"seed {seed}: {msg}"
+            call = self._checked_call(worker, wl, seed, axes, scratch, res)
+            if call is None:
                 return res
         if not timing:
             return res
+        timed = self._prepare(wl, self.config.seed_for_timing(), axes, scratch)
+        if not self._timed(worker, wl, timed, call[3] if call else None, res) or not self.config.floor_check:
+            return res
+        if res.pct_of_floor is not None and res.pct_of_floor > 100:
+            first = f"{res.median_ms:.4g} ms ({res.pct_of_floor:.0f}% of the floor {res.floor_ms:.4g} ms)"
+            self.progress(f"suspect: {wl.label} below the roofline floor; re-verifying on fresh inputs")
+            call = self._checked_call(worker, wl, secrets.randbits(62), axes, scratch, res)
+            timed = self._prepare(wl, secrets.randbits(62), axes, scratch)
+            if call is None or not self._timed(worker, wl, timed, call[3], res):
+                return res
+            if res.pct_of_floor is not None and res.pct_of_floor > 100:
+                res.status = Status.REJECTED
+                res.message = (f"faster than the roofline floor twice (first {first}, then {res.median_ms:.4g} ms on "
+                               f"fresh inputs): the timing cannot be trusted")
+            else:
+                res.message = f"first timing {first} was below the roofline floor; re-verified and re-timed"
+        return res
+
+    def _checked_call(self, worker: Worker, wl: Workload, seed: int, axes: dict[str, int], scratch: Path,
+                      res: WorkloadResult) -> tuple | None:
+        """One call on the inputs of ``seed``, its outputs compared with the reference; updates ``res``.
+        Returns the call (see `_prepare`), or None when it failed (``res`` says why)."""
+        call = self._prepare(wl, seed, axes, scratch)
+        inputs, in_dir, want, args, out_paths, axes = call
+        status, msg = self._call(worker, args, self.config.timeout_s)
+        if status is not Status.PASSED:
+            res.status, res.message = status, msg
+            return None
+        status, msg, a, r = self._check(inputs, in_dir, out_paths, want, axes)
+        res.checks += 1
+        res.max_abs_err = max(res.max_abs_err or 0.0, a) if not math.isnan(a) else a
+        res.max_rel_err = max(res.max_rel_err or 0.0, r) if not math.isnan(r) else r
+        if status is not Status.PASSED:
+            res.status, res.message = status, f"seed {seed}: {msg}"
+            return None
+        return call
+
+    def _prepare(self, wl: Workload, seed: int, axes: dict[str, int], scratch: Path) -> tuple:
+        """Inputs, reference and poisoned outputs of one call: (inputs, input dir, want, args, output paths,
+        axes)."""
+        inputs, in_dir = self.inputs(wl, seed)
+        want = self.reference(wl, seed, inputs)
+        args, out_paths = self._write_args(inputs, in_dir, axes, scratch)
+        return inputs, in_dir, want, args, out_paths, axes
+
+    def _timed(self, worker: Worker, wl: Workload, call: tuple, warmup_args: list | None,
+               res: WorkloadResult) -> bool:
+        """Time repeated calls of ``call`` (see TimingPlan; warm-up on ``warmup_args``), check the last timed
+        call's outputs against the reference and every timed call's output summary against the last one's;
+        fills ``res``'s times and roofline figures. False when it failed (``res`` says why)."""
+        inputs, in_dir, want, args, out_paths, axes = call
         self.progress(f"time {wl.label}")
         plan = self.config.timing.model_copy(update={"flush_bytes": self._flush_bytes(wl)})
         budget = self.config.timeout_s * (plan.warmup + 2) + plan.max_time_s * 2
-        reply_times, status, msg = self._time(worker, args, plan, budget)
+        reply_times, sums, status, msg = self._time(worker, args, warmup_args, plan, budget)
         if status is not Status.PASSED:
             res.status, res.message = status, msg
-            return res
-        status, msg, a, r = self._check(inputs, in_dir, out_arrays, want, axes)
+            return False
+        status, msg, _, _ = self._check(inputs, in_dir, out_paths, want, axes)
         if status is not Status.PASSED:
             res.status, res.message = status, f"outputs of the timed calls: {msg}"
-            return res
+            return False
+        msg = _uneven_timed_outputs(sums)
+        if msg:
+            res.status, res.message = Status.INCORRECT_NUMERICAL, msg
+            return False
         stats = summarize_times(reply_times)
         res.median_ms, res.min_ms, res.spread, res.repeats = stats.median_ms, stats.min_ms, stats.spread, stats.n
         self._roofline(wl, res)
-        return res
+        return True
 
     def _write_args(self, inputs: dict, in_dir: Path, axes: dict[str, int],
                     scratch: Path) -> tuple[list[dict], dict[str, Path]]:
@@ -318,12 +461,17 @@ class Evaluator:
             if isinstance(value, np.ndarray) and value.size:
                 path = in_dir / f"in.{name}"
                 if not np.array_equal(np.fromfile(path, np.uint8), value.reshape(-1).view(np.uint8)):  # bitwise
-                    value.tofile(path)  # restore it for the next candidate
+                    self._write_input(value, path)  # restore it for the next candidate
                     return Status.REJECTED, f"the kernel modified its input {name!r}", float("nan"), float("nan")
         worst_abs = worst_rel = 0.0
         for name, spec in d.outputs.items():
             shape = d.shape_of(spec, axes) or ()
-            got = np.fromfile(out_paths[name], numpy_dtype(spec.dtype)).reshape(shape)
+            dt = numpy_dtype(spec.dtype)
+            size = out_paths[name].stat().st_size if out_paths[name].exists() else -1
+            if size != math.prod(shape) * dt.itemsize:
+                return (Status.REJECTED, f"the kernel changed its output file {name!r} ({size} bytes, expected "
+                        f"{math.prod(shape) * dt.itemsize})", float("nan"), float("nan"))
+            got = np.fromfile(out_paths[name], dt).reshape(shape)
             if spec.dtype == "bfloat16":
                 got = to_float64(got, spec.dtype)
             status, a, r, msg = compare(got, want[name], d.tolerance_for(spec.dtype))
@@ -339,20 +487,27 @@ class Evaluator:
             return Status.TIMEOUT, f"the kernel did not return within {timeout_s:g} s (killed)"
         except WorkerDied as e:
             return Status.RUNTIME_ERROR, _died_message(e)
+        except ProtocolViolation as e:
+            return Status.REJECTED, str(e)
         if not reply.get("ok"):
             return Status.RUNTIME_ERROR, reply.get("error", "call failed")
         return Status.PASSED, ""
 
-    def _time(self, worker, args, plan: TimingPlan, budget_s: float) -> tuple[list[float], Status, str]:
+    def _time(self, worker, args, warmup_args, plan: TimingPlan,
+              budget_s: float) -> tuple[list[float], list[list[float]], Status, str]:
         try:
-            reply = worker.request({"op": "call", "args": args, "timing": plan.model_dump()}, budget_s)
+            reply = worker.request({"op": "call", "args": args, "warmup_args": warmup_args,
+                                    "timing": plan.model_dump()}, budget_s)
         except WorkerTimeout:
-            return [], Status.TIMEOUT, f"timing did not finish within {budget_s:g} s (killed)"
+            return [], [], Status.TIMEOUT, f"timing did not finish within {budget_s:g} s (killed)"
         except WorkerDied as e:
-            return [], Status.RUNTIME_ERROR, _died_message(e)
-        if not reply.get("ok") or not reply.get("times_ms"):
-            return [], Status.RUNTIME_ERROR, reply.get("error", "timing failed")
-        return [float(t) for t in reply["times_ms"]], Status.PASSED, ""
+            return [], [], Status.RUNTIME_ERROR, _died_message(e)
+        except ProtocolViolation as e:
+            return [], [], Status.REJECTED, str(e)
+        times, sums = reply.get("times_ms"), reply.get("sums")
+        if not reply.get("ok") or not times or not isinstance(sums, list) or len(sums) != len(times):
+            return [], [], Status.RUNTIME_ERROR, reply.get("error", "timing failed")
+        return [float(t) for t in times], sums, Status.PASSED, ""
 
     def _flush_bytes(self, wl: Workload) -> int:
         """Bytes to write between timed repeats to evict the caches: twice the last-level cache, or none when
@@ -373,6 +528,27 @@ class Evaluator:
         roof = roofline(cost.bytes, cost.flops, cost.transcendentals, self.hardware)
         res.floor_ms, res.bound = roof.floor_s * 1e3, roof.bound
         res.pct_of_floor = pct_of_floor(seconds, roof.floor_s)
+
+
+def _uneven_timed_outputs(sums: list[list[float]], rtol: float = 1e-3) -> str:
+    """Why the timed calls' output summaries ([non-finite count, sum |x|] each; the last one's outputs were
+    verified against the reference) show that some timed call did not do the work, or ""."""
+    last = float(sums[-1][1])
+    for i, (bad, total) in enumerate(sums):
+        if bad:
+            return f"timed call {i + 1} of {len(sums)} left {int(bad)} output values non-finite (skipped work?)"
+        if not abs(float(total) - last) <= rtol * abs(last) + 1e-30:
+            return (f"timed call {i + 1} of {len(sums)} produced other outputs than the verified last one "
+                    f"(sum |x| {float(total):.6g} vs {last:.6g})")
+    return ""
+
+
+def _sandbox_summary(report: dict) -> dict:
+    """The part of the worker's sandbox report worth keeping with every evaluation."""
+    return {"namespaces": report.get("namespaces", []), "read_only_fs": report.get("read_only_fs", False),
+            "hidden": report.get("hidden", []), "capabilities": report.get("capabilities"),
+            "seccomp": bool(report.get("seccomp")), "limits": report.get("limits", {}),
+            "errors": report.get("errors", [])}
 
 
 def _died_message(e: WorkerDied) -> str:

@@ -2,10 +2,14 @@
 
 Requests (controller -> worker):
 - ``{"op": "load", "target", "artifact", "candidate": {...}, "definition": {...}}``
-- ``{"op": "call", "args": [ArgRef...], "timing": TimingPlan | null}``; each ArgRef is
-  ``{"kind": "array", "path", "dtype", "shape", "writable"}`` or ``{"kind": "scalar", "value"}``, in ABI order
-  (inputs, outputs, axes).
-Replies (worker -> controller): ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``.
+- ``{"op": "call", "args": [ArgRef...], "timing": TimingPlan | null, "warmup_args": [ArgRef...] | null}``;
+  each ArgRef is ``{"kind": "array", "path", "dtype", "shape", "writable"}`` or ``{"kind": "scalar", "value"}``,
+  in ABI order (inputs, outputs, axes). With a timing plan, the warm-up calls use ``warmup_args`` (other
+  inputs), the timed calls ``args``.
+Every request carries an ``id`` (random); every reply echoes it.
+Replies (worker -> controller): ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``; a load reply has
+``pid`` and ``sandbox`` (what the sandbox enforced), a timing reply ``times_ms`` and ``sums`` (per timed call:
+[non-finite output values, sum of |finite output values|], taken after the clock stopped).
 """
 
 from __future__ import annotations

@@ -93,6 +93,8 @@ class Evaluation(BaseModel):
     compile_log: str = ""
     compile_s: float | None = None
     workloads: list[WorkloadResult] = Field(default_factory=list)
+    #: what the sandbox enforced on the worker (see `ksearch.eval.jail.enter`); empty when none ran
+    sandbox: dict[str, Any] = Field(default_factory=dict)
     timestamp: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
     def result(self, workload: str) -> WorkloadResult | None:

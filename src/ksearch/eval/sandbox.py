@@ -1,31 +1,62 @@
-"""A worker process the controller can always kill.
+"""A worker process the controller can always kill, in a sandbox.
 
-Each worker runs ``python -m ksearch.eval.worker`` in a new session (so its whole process group can be
-killed), in its own scratch directory, with a scrubbed environment (no API keys, tokens or credentials: only
-PATH, a few locale/thread variables and HOME pointed at the scratch directory) and resource limits (no core
-files, bounded address space and file size). Requests wait on a deadline; on expiry the process group is
-killed and the caller gets a WorkerTimeout.
+Each worker runs ``python -m ksearch.eval.worker '<policy>'`` in a new session (so its whole process group can
+be killed), with a scrubbed environment (a whitelist: PATH, locale and OpenMP variables; HOME and TMPDIR in
+its own directory) and the sandbox of `ksearch.eval.jail`: new user, mount, network, PID and IPC namespaces
+where the system allows them, a read-only file system except its home (a size-limited tmpfs) and the output
+files, the invoking user's home hidden, no capabilities, a seccomp filter (no new processes, exec, sockets or
+ptrace) and resource limits. Requests wait on a deadline; on expiry the process group is killed (and with
+it the PID namespace) and the caller gets a WorkerTimeout. docs/evaluation.md says what this guarantees.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import resource
+import secrets
 import selectors
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
+from pydantic import BaseModel, Field
+
+from ksearch import config
 from ksearch.errors import WorkerError
 
-_KEEP_ENV = ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "TMPDIR")
+_KEEP_ENV = ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES")
+_SIGNAL_HINTS = {"SIGXCPU": "CPU time limit reached", "SIGXFSZ": "file size limit reached",
+                 "SIGSYS": "a forbidden system call"}
+
+
+class Policy(BaseModel):
+    """What the sandbox enforces on a worker (sizes in bytes, CPU time in seconds).
+
+    ``namespaces``: ``auto`` (user+mount+net+pid+ipc, or without the user namespace as root when it is
+    refused, or none), ``no-user`` (skip the user namespace), ``off`` (none: rlimits, capabilities and
+    seccomp only). ``cpu_s``: CPU time of all the worker's threads together (None: unlimited). ``nproc``:
+    processes + threads (enforced inside a user namespace, and for non-root users). ``hide_home``: cover the
+    invoking user's home directory with an empty file system.
+    """
+
+    namespaces: Literal["auto", "no-user", "off"] = "auto"
+    address_space_bytes: int = Field(default=16 << 30, gt=0)
+    file_size_bytes: int = Field(default=256 << 20, gt=0)
+    home_bytes: int = Field(default=256 << 20, gt=0)
+    cpu_s: int | None = Field(default=None, gt=0)
+    nproc: int = Field(default_factory=lambda: max(256, 4 * (os.cpu_count() or 1)), gt=0)
+    hide_home: bool = True
 
 
 class WorkerTimeout(Exception):
     """The worker did not answer within the deadline (it has been killed)."""
+
+
+class ProtocolViolation(Exception):
+    """A reply that does not answer the request sent (something in the worker wrote to the reply stream)."""
 
 
 class WorkerDied(Exception):
@@ -45,15 +76,16 @@ def describe_exit(returncode: int | None) -> str:
             name = signal.Signals(-returncode).name
         except ValueError:
             name = f"signal {-returncode}"
-        return f"worker killed by {name}"
+        hint = _SIGNAL_HINTS.get(name)
+        return f"worker killed by {name}" + (f" ({hint})" if hint else "")
     return f"worker exited with status {returncode}"
 
 
-def scrubbed_env(scratch: Path) -> dict[str, str]:
-    """The environment a candidate sees: nothing secret, HOME and TMPDIR inside its scratch directory."""
+def scrubbed_env(home: Path) -> dict[str, str]:
+    """The environment a candidate sees: a whitelist (nothing secret), HOME and TMPDIR = ``home``."""
     env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
-    env["HOME"] = str(scratch)
-    env["TMPDIR"] = str(scratch)
+    env["HOME"] = str(home)
+    env["TMPDIR"] = str(home)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     # the worker must import ksearch the way this process did (installed, or from a source checkout)
     src = Path(__file__).resolve().parents[2]
@@ -61,25 +93,52 @@ def scrubbed_env(scratch: Path) -> dict[str, str]:
     return env
 
 
-def _limits(address_space_bytes: int, file_size_bytes: int) -> None:
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_AS, (address_space_bytes, address_space_bytes))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_bytes, file_size_bytes))
+def _needed_paths(readable: list[Path]) -> list[str]:
+    """Paths the worker reads that may lie under a hidden directory: the interpreter, its libraries,
+    ksearch itself, and ``readable`` (e.g. the compiled kernel's directory)."""
+    paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+             str(Path(__file__).resolve().parents[2])}
+    paths.update(p for p in sys.path if p and os.path.exists(p))
+    paths.update(str(p) for p in readable)
+    return sorted(paths)
+
+
+def policy_argument(policy: Policy, home: Path, writable: list[Path], readable: list[Path]) -> str:
+    """The JSON the worker's `jail.enter` reads (see its docstring)."""
+    nproc = policy.nproc
+    return json.dumps({
+        "namespaces": policy.namespaces, "home": str(home), "home_bytes": policy.home_bytes,
+        "writable": [str(p) for p in writable], "address_space_bytes": policy.address_space_bytes,
+        "file_size_bytes": policy.file_size_bytes, "cpu_s": policy.cpu_s, "nproc": nproc,
+        "pid_max": max(512, nproc + 64),
+        "hide": config.user_homes() if policy.hide_home else [], "keep": _needed_paths(readable),
+    })
 
 
 class Worker:
-    """One sandboxed worker process; use as a context manager so it is always killed."""
+    """One sandboxed worker process; use as a context manager so it is always killed.
 
-    def __init__(self, scratch: Path, address_space_bytes: int = 16 << 30, file_size_bytes: int = 1 << 30):
+    Args:
+        scratch: the evaluation's directory; the worker's home is ``scratch/home`` (created here).
+        policy: what the sandbox enforces.
+        writable: files the worker may write (the output files; they must exist already).
+        readable: further paths the worker must be able to read (the compiled kernel's directory).
+    """
+
+    def __init__(self, scratch: Path, policy: Policy | None = None, writable: list[Path] = (),
+                 readable: list[Path] = ()):
         self.scratch = scratch
+        self.policy = policy or Policy()
+        self.home = scratch / "home"
+        self.home.mkdir(exist_ok=True)
         self.stderr_path = scratch / "worker.stderr"
         self._stderr = open(self.stderr_path, "wb")
+        arg = policy_argument(self.policy, self.home, list(writable), list(readable))
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ksearch.eval.worker"],
+                [sys.executable, "-m", "ksearch.eval.worker", arg],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                cwd=scratch, env=scrubbed_env(scratch), start_new_session=True,
-                preexec_fn=lambda: _limits(address_space_bytes, file_size_bytes),
+                cwd=self.home, env=scrubbed_env(self.home), start_new_session=True,
             )
         except OSError as e:
             self._stderr.close()
@@ -101,9 +160,11 @@ class Worker:
         Raises:
             WorkerTimeout: no reply within ``timeout_s`` (the worker is killed).
             WorkerDied: the worker exited or closed its reply stream.
+            ProtocolViolation: the reply does not carry the request's id (the worker is killed).
         """
+        rid = secrets.token_hex(8)
         try:
-            self.proc.stdin.write((json.dumps(msg) + "\n").encode())
+            self.proc.stdin.write((json.dumps({**msg, "id": rid}) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             self.kill()
@@ -115,7 +176,11 @@ class Worker:
                 self.kill()
                 raise WorkerTimeout(f"no answer within {timeout_s:g} s")
             chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
-            if not chunk:
+            if not chunk:  # the worker is gone; let its init and launcher report how it ended
+                try:
+                    self.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
                 self.kill()
                 raise WorkerDied(self.proc.returncode, self.stderr_tail())
             self._buf += chunk
@@ -128,6 +193,10 @@ class Worker:
         if not isinstance(reply, dict):
             self.kill()
             raise WorkerDied(None, f"garbled reply: {line[:200]!r}")
+        if reply.get("id") != rid:
+            self.kill()
+            raise ProtocolViolation(f"a reply that answers no request was written to the worker's reply stream: "
+                                    f"{line[:200]!r}")
         return reply
 
     def kill(self) -> None:

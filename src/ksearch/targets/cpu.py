@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -30,8 +31,11 @@ from ksearch.tasks.definition import Definition
 BASE_FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
 _CXX_EXT = (".cpp", ".cc", ".cxx")
 _SRC_EXT = (".c",) + _CXX_EXT
-#: flags a candidate may not pass: they would change what is loaded or where files go
-_FORBIDDEN_FLAG_PREFIXES = ("-o", "-B", "-wrapper", "-fplugin", "-specs", "@", "-Wl,", "-l", "-L", "--sysroot")
+#: flags a candidate may not pass: they would change what is loaded, what is included, or where files go
+_FORBIDDEN_FLAG_PREFIXES = ("-o", "-B", "-wrapper", "-fplugin", "-specs", "@", "-Wl,", "-l", "-L", "--sysroot",
+                            "-I", "-i", "--include", "-X", "-z", "-T", "-fprofile", "-fauto-profile", "-fdump",
+                            "-fcoverage", "--coverage", "-save-temps", "-fdebug-prefix-map", "-fmacro-prefix-map")
+_MARKER = re.compile(r'^# (\d+) "((?:[^"\\]|\\.)*)"((?: \d)*)\s*$')
 
 
 @lru_cache(maxsize=4)
@@ -65,12 +69,9 @@ class CpuTarget:
         if not srcs:
             return CompileResult(False, None, f"no C/C++ source among {sorted(candidate.sources)} "
                                  f"(expected a file ending in {', '.join(_SRC_EXT)})", 0.0)
-        for flag in candidate.compile_flags:
-            if flag.startswith(_FORBIDDEN_FLAG_PREFIXES):
-                return CompileResult(False, None, f"compile flag {flag!r} is not allowed for candidates", 0.0)
-        for name in candidate.sources:
-            if "/" in name or name.startswith(".") or ".." in name:
-                return CompileResult(False, None, f"source name {name!r} must be a plain file name", 0.0)
+        refused = self._refused(candidate)
+        if refused:
+            return CompileResult(False, None, refused, 0.0)
         is_cxx = any(n.endswith(_CXX_EXT) for n in srcs)
         compiler = config.cxx_compiler() if is_cxx else config.c_compiler()
         version = compiler_version(compiler)
@@ -99,6 +100,43 @@ class CpuTarget:
             partial.replace(artifact)  # atomic: a concurrent build of the same key is harmless
         return CompileResult(True, artifact, log, time.perf_counter() - t0)
 
+    def expand(self, candidate: Candidate, timeout_s: float = 60.0):
+        """The candidate's own lines after the C preprocessor, for the static checks.
+
+        Returns ``(lines, includes)``: ``{file: [(line, text), ...]}`` for every line that comes from one of
+        the candidate's files (macros expanded), and ``{file: [(line, path)]}`` for files it includes that
+        are neither its own nor system headers; None when the preprocessor fails (the compile reports it).
+        """
+        srcs = sorted(n for n in candidate.sources if n.endswith(_SRC_EXT))
+        if not srcs or self._refused(candidate):
+            return None
+        compiler = config.cxx_compiler() if any(n.endswith(_CXX_EXT) for n in srcs) else config.c_compiler()
+        lines: dict[str, list[tuple[int, str]]] = {}
+        includes: dict[str, list[tuple[int, str]]] = {}
+        with tempfile.TemporaryDirectory(prefix="ksearch-cpp-") as tmp:
+            for name, text in candidate.sources.items():
+                (Path(tmp) / name).write_text(text)
+            for src in srcs:
+                try:
+                    proc = subprocess.run([compiler, *BASE_FLAGS, *candidate.compile_flags, "-E", src], cwd=tmp,
+                                          capture_output=True, text=True, timeout=timeout_s)
+                except (OSError, subprocess.TimeoutExpired):
+                    return None
+                if proc.returncode != 0:
+                    return None
+                _own_lines(proc.stdout, set(candidate.sources), tmp, lines, includes)
+        return lines, includes
+
+    @staticmethod
+    def _refused(candidate: Candidate) -> str | None:
+        for flag in candidate.compile_flags:
+            if flag.startswith(_FORBIDDEN_FLAG_PREFIXES):
+                return f"compile flag {flag!r} is not allowed for candidates"
+        for name in candidate.sources:
+            if "/" in name or name.startswith(".") or ".." in name:
+                return f"source name {name!r} must be a plain file name"
+        return None
+
     def load(self, artifact: Path, candidate: Candidate, definition: Definition):
         """Inside the worker: the entry point with ctypes argument types set from the definition.
 
@@ -124,3 +162,25 @@ class CpuTarget:
         fn.argtypes = argtypes
         fn.restype = None
         return fn
+
+
+def _own_lines(output: str, own: set[str], tmp: str, lines: dict, includes: dict) -> None:
+    """Split ``cc -E`` output by its line markers into the candidate's own lines and foreign includes."""
+    current, line = None, 0
+    stack: list[tuple[str | None, int]] = []
+    for text in output.split("\n"):
+        m = _MARKER.match(text)
+        if m is None:
+            if current is not None:
+                lines.setdefault(current, []).append((line, text))
+            line += 1
+            continue
+        path, flags = m.group(2), m.group(3).split()
+        name = path[len(tmp) + 1:] if path.startswith(tmp + "/") else path
+        if "1" in flags:  # entering an included file from `current`
+            stack.append((current, line - 1))
+            if name not in own and "3" not in flags and not name.startswith("<") and stack[-1][0] is not None:
+                includes.setdefault(stack[-1][0], []).append((stack[-1][1], path))
+        elif "2" in flags and stack:  # back in the includer
+            stack.pop()
+        current, line = (name if name in own else None), int(m.group(1))

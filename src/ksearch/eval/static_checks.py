@@ -1,0 +1,222 @@
+"""Static checks of a candidate's sources before compiling: rules per target, kept as data.
+
+The rules of a target live in ``static_rules/<target>.yaml`` beside this module (see cpu.yaml for the format).
+Each rule is a regular expression matched against one *view* of the candidate:
+
+- ``text``: each source as written, comments removed, string literals kept;
+- ``code``: the candidate's own lines as the compiler sees them (after the preprocessor, when the target can
+  run it: macros cannot hide a call), string literal contents blanked;
+- ``definitions``: the names of the functions the candidate defines at file scope, one per line;
+- ``includes``: files the preprocessor pulled in that are neither the candidate's own nor system headers.
+
+A match is a `Finding` (rule, file, line, the line's text, the reason); the evaluator rejects the candidate
+with the first one. The checks are a first line, not the only one: the sandbox contains what they miss.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from ksearch.errors import TargetError
+from ksearch.eval.records import Candidate
+
+RULES_DIR = Path(__file__).parent / "static_rules"
+
+View = Literal["text", "code", "definitions", "includes"]
+
+
+class Rule(BaseModel):
+    """One static check: ``pattern`` (a Python regular expression) searched in view ``in``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    id: str
+    why: str
+    pattern: str
+    view: View = "code"
+
+    def __init__(self, **data):
+        if "in" in data:
+            data["view"] = data.pop("in")
+        super().__init__(**data)
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as e:
+            raise ValueError(f"pattern {v!r} is not a valid regular expression: {e}") from None
+        return v
+
+    @property
+    def regex(self) -> re.Pattern:
+        return _compiled(self.pattern)
+
+
+@lru_cache(maxsize=256)
+def _compiled(pattern: str) -> re.Pattern:
+    return re.compile(pattern, re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A rule matched: where (``file``, 1-based ``line``), what (``text``, the line) and why."""
+
+    rule: str
+    file: str
+    line: int
+    text: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"static check {self.rule!r}: {self.file}:{self.line}: {self.text.strip()[:160]} ({self.why})"
+
+
+@lru_cache(maxsize=8)
+def rules_for(target: str) -> tuple[Rule, ...]:
+    """The rules of a target (empty when it has no rule file). Raises TargetError on a malformed file."""
+    path = RULES_DIR / f"{target}.yaml"
+    if not path.is_file():
+        return ()
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+        return tuple(Rule(**r) for r in data.get("rules", []))
+    except (yaml.YAMLError, ValueError, TypeError) as e:
+        raise TargetError(f"static rules {path} are malformed: {e}") from None
+
+
+# -- views ------------------------------------------------------------------------------------------------
+
+#: One file of a view: (1-based line number in the candidate's file, text) per line.
+Lines = list[tuple[int, str]]
+
+
+def strip_c(source: str, keep_strings: bool) -> str:
+    """Remove C/C++ comments (keeping line breaks); blank the contents of string and character literals
+    unless ``keep_strings``."""
+    out: list[str] = []
+    i, n = 0, len(source)
+    while i < n:
+        c = source[i]
+        nxt = source[i + 1] if i + 1 < n else ""
+        if c == "/" and nxt == "/":
+            j = source.find("\n", i)
+            i = n if j < 0 else j
+        elif c == "/" and nxt == "*":
+            j = source.find("*/", i + 2)
+            chunk = source[i:n if j < 0 else j + 2]
+            out.append("\n" * chunk.count("\n") + " ")
+            i = n if j < 0 else j + 2
+        elif c in "\"'":
+            j = i + 1
+            while j < n and source[j] != c and source[j] != "\n":
+                j += 2 if source[j] == "\\" else 1
+            lit = source[i:j + 1]
+            out.append(lit if keep_strings else c + " " * max(0, len(lit) - 2) + (c if j < n else ""))
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _numbered(text: str) -> Lines:
+    return [(i + 1, line) for i, line in enumerate(text.split("\n"))]
+
+
+_HEAD_RE = re.compile(r"(~?[A-Za-z_]\w*)\s*\((?:[^()]|\([^()]*\))*\)\s*(?:const\b|noexcept\b|__attribute__\s*\(\(.*?\)\)\s*)*$",
+                      re.DOTALL)
+_OPEN_NO_DEPTH = re.compile(r"(\bextern\s*\"\s*\"|\bnamespace\b[^;{}]*)\s*$")
+
+
+def defined_functions(code: str) -> list[tuple[int, str]]:
+    """(line, name) of each function defined at file scope in C/C++ ``code`` (comments removed, strings
+    blanked). ``extern "C" { ... }`` and namespace blocks count as file scope."""
+    out, depth, start, transparent = [], 0, 0, []
+    for m in re.finditer(r"[{};]", code):
+        ch = m.group()
+        if ch == "{":
+            head = code[start:m.start()]
+            if depth == 0 or (transparent and transparent[-1] == depth):
+                if _OPEN_NO_DEPTH.search(head):
+                    transparent.append(depth)
+                    start = m.end()
+                    continue
+                fn = _HEAD_RE.search(head.rstrip())
+                if fn and "=" not in head.split("(")[0]:
+                    out.append((code.count("\n", 0, m.start() - len(head) + fn.start()) + 1, fn.group(1)))
+            depth += 1
+            start = m.end()
+        elif ch == "}":
+            if transparent and transparent[-1] == depth:
+                transparent.pop()
+            else:
+                depth = max(0, depth - 1)
+            start = m.end()
+        elif depth == 0 or (transparent and transparent[-1] == depth):
+            start = m.end()
+    return out
+
+
+@dataclass
+class Views:
+    """A candidate's sources in every view, per file."""
+
+    text: dict[str, Lines]
+    code: dict[str, Lines]
+    definitions: dict[str, Lines]
+    includes: dict[str, Lines]
+
+
+#: A target's preprocessor: candidate -> ({file: [(line, text)]} of the candidate's own lines after
+#: preprocessing, {including file: [(line, included path)]} of non-system, non-candidate includes), or None
+#: when it cannot preprocess (the compiler then reports the error).
+Expander = Callable[[Candidate], "tuple[dict[str, Lines], dict[str, Lines]] | None"]
+
+
+def views(candidate: Candidate, expand: Expander | None = None) -> Views:
+    text = {name: _numbered(strip_c(src, keep_strings=True)) for name, src in candidate.sources.items()}
+    expanded = expand(candidate) if expand is not None else None
+    if expanded is None:
+        code = {name: _numbered(strip_c(src, keep_strings=False)) for name, src in candidate.sources.items()}
+        includes: dict[str, Lines] = {}
+    else:
+        pre, includes = expanded
+        code = {name: [(ln, strip_c(t, keep_strings=False)) for ln, t in lines] for name, lines in pre.items()}
+    definitions = {}
+    for name, lines in code.items():
+        joined = "\n".join(t for _, t in lines)
+        definitions[name] = [(lines[i - 1][0] if 0 < i <= len(lines) else i, fn)
+                             for i, fn in defined_functions(joined)]
+    return Views(text=text, code=code, definitions=definitions, includes=includes)
+
+
+def check(candidate: Candidate, rules: tuple[Rule, ...] | list[Rule], expand: Expander | None = None) -> list[Finding]:
+    """Every rule match in the candidate's sources, in rule order then file and line order."""
+    if not rules:
+        return []
+    v = views(candidate, expand)
+    findings: list[Finding] = []
+    for rule in rules:
+        for name, lines in getattr(v, rule.view).items():
+            joined = "\n".join(t for _, t in lines)
+            for m in rule.regex.finditer(joined):
+                idx = joined.count("\n", 0, m.start())
+                line_no, line_text = lines[idx] if idx < len(lines) else (idx + 1, m.group())
+                original = _original_line(candidate.sources.get(name, ""), line_no) or line_text
+                findings.append(Finding(rule.id, name, line_no, original, rule.why))
+                break  # one finding per rule and file is enough to reject
+    return findings
+
+
+def _original_line(source: str, line_no: int) -> str:
+    lines = source.split("\n")
+    return lines[line_no - 1] if 0 < line_no <= len(lines) else ""
