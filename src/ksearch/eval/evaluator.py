@@ -495,6 +495,7 @@ class Evaluator:
 
     def _time(self, worker, args, warmup_args, plan: TimingPlan,
               budget_s: float) -> tuple[list[float], list[list[float]], Status, str]:
+        t0 = time.perf_counter()
         try:
             reply = worker.request({"op": "call", "args": args, "warmup_args": warmup_args,
                                     "timing": plan.model_dump()}, budget_s)
@@ -505,9 +506,14 @@ class Evaluator:
         except ProtocolViolation as e:
             return [], [], Status.REJECTED, str(e)
         times, sums = reply.get("times_ms"), reply.get("sums")
+        wall_ms = (time.perf_counter() - t0) * 1e3
         if not reply.get("ok") or not times or not isinstance(sums, list) or len(sums) != len(times):
             return [], [], Status.RUNTIME_ERROR, reply.get("error", "timing failed")
-        return [float(t) for t in times], sums, Status.PASSED, ""
+        times = [float(t) for t in times]
+        if min(times) <= 0 or sum(times) > wall_ms * 1.01 + 1.0:  # the worker's clock is not to be trusted
+            return [], [], Status.REJECTED, (f"impossible timings: {len(times)} calls reported {sum(times):.4g} ms "
+                                             f"in total (min {min(times):.3g} ms) within {wall_ms:.4g} ms")
+        return times, sums, Status.PASSED, ""
 
     def _flush_bytes(self, wl: Workload) -> int:
         """Bytes to write between timed repeats to evict the caches: twice the last-level cache, or none when

@@ -126,9 +126,8 @@ def _namespaces(policy: dict, report: dict) -> bool:
     return False
 
 
-def _wait_and_mirror(child: int) -> None:
+def _wait_and_mirror(child: int, devnull: int) -> None:
     """P0: wait for P1 and end the way it did (a signal as that signal; see `_init_exit_code`)."""
-    devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)  # only the worker may hold the protocol pipes: its death must close them
     while True:
@@ -144,7 +143,9 @@ def _wait_and_mirror(child: int) -> None:
         code = -(code - 128)
     if code < 0:
         sig = -code
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
         os.kill(os.getpid(), sig)
         os._exit(128 + sig)
     os._exit(code)
@@ -233,9 +234,8 @@ def _init_exit_code(status: int) -> int:
     return 128 + (-code) if code < 0 else min(code, 127)
 
 
-def _be_init(child: int) -> None:
+def _be_init(child: int, devnull: int) -> None:
     """P1 after forking the worker: reap every process and exit when the worker does."""
-    devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     while True:
@@ -351,8 +351,9 @@ def _limits(policy: dict, report: dict) -> None:
         if value is None:
             continue
         value = int(value)
+        hard = value + 5 if which == resource.RLIMIT_CPU else value  # SIGXCPU at the soft limit, not SIGKILL
         try:
-            resource.setrlimit(which, (value, value))
+            resource.setrlimit(which, (value, hard))
             report["limits"][name] = value
         except (OSError, ValueError) as e:
             report["errors"].append(f"rlimit {name}: {e}")
@@ -365,7 +366,10 @@ def _lock_down(policy: dict, report: dict) -> None:
         report["errors"].append(str(e))
     try:
         _prctl(PR_SET_NO_NEW_PRIVS, 1)
-        _seccomp(report)
+        if policy.get("seccomp", True):
+            _seccomp(report)
+        else:
+            report["errors"].append("seccomp: switched off")
     except OSError as e:
         report["errors"].append(str(e))
     _limits(policy, report)
@@ -387,9 +391,10 @@ def enter(policy: dict) -> dict:
     if not policy:
         return report
     if _namespaces(policy, report):
+        devnull = os.open(os.devnull, os.O_RDWR)  # now: P1 is about to make /dev nodev
         init = os.fork()
         if init:
-            _wait_and_mirror(init)  # never returns
+            _wait_and_mirror(init, devnull)  # never returns
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         try:
             _file_system(policy, report)
@@ -398,7 +403,8 @@ def enter(policy: dict) -> dict:
         worker = os.fork()
         if worker:
             _prctl(PR_SET_DUMPABLE, 0)
-            _be_init(worker)  # never returns
+            _be_init(worker, devnull)  # never returns
+        os.close(devnull)
     elif os.geteuid() == 0:
         report["errors"].append("running as root without namespaces: writes anywhere are possible")
     _lock_down(policy, report)

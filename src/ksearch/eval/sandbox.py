@@ -39,7 +39,8 @@ class Policy(BaseModel):
     refused, or none), ``no-user`` (skip the user namespace), ``off`` (none: rlimits, capabilities and
     seccomp only). ``cpu_s``: CPU time of all the worker's threads together (None: unlimited). ``nproc``:
     processes + threads (enforced inside a user namespace, and for non-root users). ``hide_home``: cover the
-    invoking user's home directory with an empty file system.
+    invoking user's home directory with an empty file system. ``seccomp``: off only to prove that the other
+    layers contain a candidate on their own (tests).
     """
 
     namespaces: Literal["auto", "no-user", "off"] = "auto"
@@ -49,6 +50,7 @@ class Policy(BaseModel):
     cpu_s: int | None = Field(default=None, gt=0)
     nproc: int = Field(default_factory=lambda: max(256, 4 * (os.cpu_count() or 1)), gt=0)
     hide_home: bool = True
+    seccomp: bool = True
 
 
 class WorkerTimeout(Exception):
@@ -110,7 +112,7 @@ def policy_argument(policy: Policy, home: Path, writable: list[Path], readable: 
         "namespaces": policy.namespaces, "home": str(home), "home_bytes": policy.home_bytes,
         "writable": [str(p) for p in writable], "address_space_bytes": policy.address_space_bytes,
         "file_size_bytes": policy.file_size_bytes, "cpu_s": policy.cpu_s, "nproc": nproc,
-        "pid_max": max(512, nproc + 64),
+        "pid_max": max(301, nproc + 64), "seccomp": policy.seccomp,  # 301: the kernel's least pid_max
         "hide": config.user_homes() if policy.hide_home else [], "keep": _needed_paths(readable),
     })
 

@@ -1,0 +1,146 @@
+"""The fault suite: each fault is contained, with its status, with the static checks on (most are rejected
+before compiling) and off (the sandbox alone contains them). Probes of the sandbox (environment, network,
+files outside scratch, the user's home) corrupt their output when they get through, so "contained" reads
+as PASSED plus no trace left outside."""
+
+import os
+import re
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from ksearch.eval.records import Status
+
+from . import hostile as k
+from .conftest import cand
+
+TINY = ["tiny"]
+SECRETS = {"FOO_API_KEY": "sk-123", "MY_TOKEN": "t0k", "X_SECRET": "s3cr3t", "DB_PASSWORD": "hunter2"}
+
+FAULTS = [
+    # (id, kernel, status with static checks, reason, status without, reason)
+    ("segfault", k.SEGFAULT, Status.RUNTIME_ERROR, r"SIGSEGV", Status.RUNTIME_ERROR, r"SIGSEGV"),
+    ("abort", k.ABORT, Status.RUNTIME_ERROR, r"SIGABRT", Status.RUNTIME_ERROR, r"SIGABRT"),
+    ("endless-loop", k.ENDLESS, Status.TIMEOUT, r"within 3 s", Status.TIMEOUT, r"within 3 s"),
+    ("fork-bomb", k.FORK_BOMB, Status.REJECTED, r"'shell-out'.*fork", Status.TIMEOUT, r"within 3 s"),
+    ("memory-hog", k.MEMORY_HOG, Status.RUNTIME_ERROR, r"SIGABRT", Status.RUNTIME_ERROR, r"SIGABRT"),
+    ("huge-file", k.HUGE_FILE, Status.REJECTED, r"'files'.*fopen", Status.RUNTIME_ERROR, r"SIGXFSZ|SIGABRT"),
+    ("env-keys", k.ENV_KEYS, Status.REJECTED, r"'other-processes'.*environ", Status.PASSED, r"^$"),
+    ("read-home", None, Status.REJECTED, r"'files'.*fopen", Status.PASSED, r"^$"),
+    ("socket", None, Status.REJECTED, r"'raw-io'.*also: network", Status.PASSED, r"^$"),
+    ("write-outside-scratch", None, Status.REJECTED, r"'proc-and-devices'", Status.PASSED, r"^$"),
+]
+
+
+@pytest.fixture
+def listener():
+    """A TCP server on 127.0.0.1 that counts connections (none may come from a candidate)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.setblocking(False)
+    yield srv
+    srv.close()
+
+
+def _accepted(srv) -> int:
+    n = 0
+    while True:
+        try:
+            srv.accept()[0].close()
+            n += 1
+        except BlockingIOError:
+            return n
+
+
+@pytest.fixture
+def secret_env(monkeypatch, tmp_path):
+    """Secrets in the judge's environment, and a home directory with a secret file in it."""
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "credentials").write_text("aws_secret_access_key = abc\n")
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+def _kernel(fault: str, kernel, listener, home: Path, escapes: list[Path]) -> str:
+    if fault == "socket":
+        return k.SOCKET % {"port": listener.getsockname()[1]}
+    if fault == "read-home":
+        return k.READ_HOME % {"path": home / "credentials"}
+    if fault == "write-outside-scratch":
+        return k.WRITE_OUTSIDE % {"paths": ", ".join(f'"{p}"' for p in escapes)}
+    return kernel
+
+
+@pytest.mark.parametrize("static", [True, False], ids=["static-checks", "sandbox-only"])
+@pytest.mark.parametrize("fault, kernel, st_on, why_on, st_off, why_off", FAULTS, ids=[f[0] for f in FAULTS])
+def test_fault_is_contained(judge, listener, secret_env, tmp_path, static, fault, kernel, st_on, why_on,
+                            st_off, why_off):
+    escapes = [tmp_path / "escaped.txt", Path("/tmp") / f"ksearch-escaped-{os.getpid()}",
+               Path("/dev/shm") / f"ksearch-escaped-{os.getpid()}"]
+    source = _kernel(fault, kernel, listener, secret_env, escapes)
+    ev = judge(static=static, timeout_s=3.0)
+    t0 = time.monotonic()
+    res = ev.evaluate(cand(source), TINY, timing=False)
+    status, why = (st_on, why_on) if static else (st_off, why_off)
+    assert res.status is status, res.message
+    assert re.search(why, res.message), res.message
+    assert time.monotonic() - t0 < 30
+    assert _accepted(listener) == 0
+    assert not any(p.exists() for p in escapes)
+
+
+def _processes_named(name: str) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and (d / "comm").read_text().strip() == name:
+                out.append(int(d.name))
+        except OSError:
+            pass
+    return out
+
+
+def test_fork_bomb_without_seccomp_is_bounded_and_cleaned_up(judge):
+    """Seccomp off: the kernel forks daemons (setsid: out of the process group) until refused. The PID
+    namespace's pid_max (301 here) bounds them, root or not (RLIMIT_NPROC binds only non-root users), and
+    the end of the namespace takes every one with it."""
+    ev = judge(static=False, seccomp=False, nproc=48)
+    res = ev.evaluate(cand(k.FORK_MANY % {"n": 400}), TINY, timing=False)
+    assert res.status is Status.PASSED, res.message  # fewer than 400 forks got through
+    assert "pid" in res.sandbox["namespaces"]
+    for _ in range(50):
+        if not _processes_named("ksbomb"):
+            break
+        time.sleep(0.1)
+    assert _processes_named("ksbomb") == []
+
+
+def test_network_namespace_alone_blocks_sockets(judge, listener):
+    res = judge(static=False, seccomp=False).evaluate(
+        cand(k.SOCKET % {"port": listener.getsockname()[1]}), TINY, timing=False)
+    assert res.status is Status.PASSED, res.message
+    assert _accepted(listener) == 0
+
+
+def test_cpu_time_limit_kills_a_spinning_kernel(judge):
+    res = judge(static=False, timeout_s=30.0, cpu_s=1).evaluate(cand(k.ENDLESS), TINY, timing=False)
+    assert res.status is Status.RUNTIME_ERROR and "CPU time limit" in res.message, res.message
+
+
+def test_without_namespaces_writes_into_the_judge_inputs_are_detected(judge, tmp_path):
+    """Namespaces off (as where the system refuses them): the file system is not read-only, and the kernel
+    scribbles on the judge's input files; the judge notices after the fact and rejects it."""
+    escapes = [tmp_path / "escaped.txt"]
+    ev = judge(static=False, namespaces="off")
+    res = ev.evaluate(cand(k.WRITE_OUTSIDE % {"paths": f'"{escapes[0]}"'}), TINY, timing=False)
+    assert res.status is Status.REJECTED, res.message
+    assert re.search(r"modified its input|wrote outside its scratch", res.message), res.message
+    assert res.sandbox["namespaces"] == [] and not res.sandbox["read_only_fs"]
+    assert escapes[0].exists()  # not prevented here: only detected (docs/evaluation.md says so)
+    assert ev.evaluate(ev.naive_candidate(), TINY, timing=False).status is Status.PASSED  # inputs restored
