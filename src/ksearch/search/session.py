@@ -26,6 +26,9 @@ from ksearch.tasks import load_task
 
 Progress = Callable[[str], None]
 
+#: hidden workloads (drawn with a secret seed) the best kernel must also pass in the final evaluation
+HIDDEN_WORKLOADS = 4
+
 
 def _hardware(target: str):
     if target != "cpu":
@@ -121,9 +124,27 @@ class Session:
             source_path = str(out / next(iter(best[1].sources)))
         self.store.set_status("finished" if c.done() else "exhausted")
         best_eval = Evaluation.model_validate(final["best"]) if final.get("best") else None
-        return final_summary(self.store.run(), c.evaluations, best[0] if best else None, best_id,
-                             Evaluation.model_validate(final["naive"]), best_eval, final["reference"],
-                             final["reference_name"], source_path)
+        summary = final_summary(self.store.run(), c.evaluations, best[0] if best else None, best_id,
+                                Evaluation.model_validate(final["naive"]), best_eval, final["reference"],
+                                final["reference_name"], source_path)
+        hidden = final.get("hidden")
+        if hidden:
+            summary["hidden_workloads"] = {"status": hidden["evaluation"]["status"],
+                                           "message": hidden["evaluation"]["message"], "axes": hidden["axes"]}
+        return summary
+
+    def _hidden_check(self, ev: Evaluator, candidate, selected, best_eval: Evaluation) -> dict:
+        """Check the best kernel on workloads it never saw (sizes drawn with a secret seed, no larger than the
+        run's check workloads); a failure there becomes the best kernel's final status."""
+        like = [w for w in selected if w.purpose == "check"] or selected
+        workloads = ev.hidden_workloads(secrets.randbits(62), HIDDEN_WORKLOADS, like=like)
+        self.progress(f"final: best kernel on {len(workloads)} hidden workloads")
+        hidden = ev.evaluate(candidate, workloads, timing=False)
+        if hidden.status is not Status.PASSED:
+            self.progress(f"final: the best kernel FAILED a hidden workload: {hidden.message}")
+            if best_eval.status is Status.PASSED:
+                best_eval.status, best_eval.message = hidden.status, f"hidden workload {hidden.message}"
+        return {"axes": [w.axes for w in workloads], "evaluation": hidden.model_dump(mode="json")}
 
     def _final_measurements(self, best) -> dict:
         cfg = EvalConfig(seeds=[secrets.randbits(62)], timeout_s=self.cfg.timeout_s, timing=self.cfg.timing)
@@ -141,6 +162,7 @@ class Session:
             best_eval = ev.evaluate(best[1], names, timing=True)
             if best_eval.status is not Status.PASSED:
                 self.progress(f"final: the best kernel FAILED on fresh inputs: {best_eval.message}")
+            hidden = self._hidden_check(ev, best[1], selected, best_eval)
         reference: dict[str, dict] = {}
         ref_name = next(iter(self.task.baseline_sources), None)
         if ref_name:
@@ -150,4 +172,5 @@ class Session:
                 reference[w] = r.model_dump(mode="json")
         return {"best_candidate_id": best[1].id if best else None, "naive": naive.model_dump(mode="json"),
                 "best": best_eval.model_dump(mode="json") if best_eval else None,
+                "hidden": hidden if best else None,
                 "reference": reference, "reference_name": ref_name or "reference"}
