@@ -20,9 +20,7 @@ import math
 import os
 import secrets
 import shutil
-import tempfile
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -30,6 +28,9 @@ from typing import Callable
 import numpy as np
 
 from ksearch.eval import static_checks
+from ksearch.eval.casedata import CaseData, remove_stale_dirs
+from ksearch.eval.casedata import shared_base as _shared_base  # noqa: F401 - used by tests
+from ksearch.eval.casedata import shared_dir as _shared_dir
 from ksearch.eval.compare import compare
 from ksearch.eval.hidden import draw_hidden_workloads
 from ksearch.eval.protocol import TimingPlan
@@ -38,14 +39,8 @@ from ksearch.eval.sandbox import Policy, ProtocolViolation, Worker, WorkerDied, 
 from ksearch.eval.stats import summarize_times
 from ksearch.targets import get_target
 from ksearch.tasks.definition import Definition, Workload
-from ksearch.tasks.inputs import make_inputs, numpy_dtype, to_float64
+from ksearch.tasks.inputs import numpy_dtype, to_float64
 from ksearch.tasks.loader import Task
-from ksearch.tasks.reference import run_reference
-
-#: reference outputs larger than this many elements are cached as float32 (error ~6e-8 relative, far
-#: below any task tolerance) to bound the cache's memory
-_F32_CACHE_ABOVE = 1 << 20
-
 
 @dataclass
 class EvalConfig:
@@ -76,41 +71,6 @@ class EvalConfig:
         return seed if seed not in self.seeds else seed + 1
 
 
-def _shared_base() -> Path:
-    shm = Path("/dev/shm")
-    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
-
-
-def _shared_dir(prefix: str = "ksearch-eval-") -> Path:
-    """A new directory in shared memory (/dev/shm) when there is one, else in the temp directory, named
-    after this process so that `remove_stale_dirs` can clean up after a killed run."""
-    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=_shared_base()))
-
-
-def remove_stale_dirs() -> int:
-    """Delete judge directories left by ksearch processes that no longer exist (killed runs). Returns how many."""
-    removed = 0
-    for d in _shared_base().glob("ksearch-*-*-*"):
-        try:
-            pid = int(d.name.split("-")[2])
-        except (IndexError, ValueError):
-            continue
-        try:
-            os.kill(pid, 0)
-            continue  # still running
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
-        shutil.rmtree(d, ignore_errors=True)
-        removed += 1
-    return removed
-
-
-def _nbytes(arrays: dict) -> int:
-    return sum(v.nbytes for v in arrays.values() if isinstance(v, np.ndarray))
-
-
 class Evaluator:
     """Evaluates candidates of one task on one target; keeps reference outputs and naive times between calls.
 
@@ -130,100 +90,24 @@ class Evaluator:
         self.hardware = hardware
         self.config = config or EvalConfig()
         self.progress = progress or (lambda msg: None)
-        self._refs: OrderedDict[tuple[str, int], dict[str, np.ndarray]] = OrderedDict()
-        self._ref_bytes = 0
-        self._inputs: OrderedDict[tuple[str, int], tuple[dict, Path]] = OrderedDict()
-        self._input_bytes = 0
-        self._input_root: Path | None = None
-        self._input_stats: dict[str, tuple[int, int]] = {}  # path -> (size, mtime_ns) as this process wrote it
+        self.data = CaseData(self.definition, self.config.reference_cache_bytes, self.config.input_cache_bytes,
+                             self.progress)
         remove_stale_dirs()
         self.naive_ms: dict[str, float] = {}
 
-    # -- reference ----------------------------------------------------------------------------------
+    # -- inputs and reference outputs (cached across evaluations: see CaseData) ------------------------
 
     def reference(self, workload: Workload, seed: int, inputs: dict) -> dict[str, np.ndarray]:
-        """Reference outputs for (workload, seed), computed once and cached (LRU, bounded in bytes)."""
-        key = (workload.uuid, seed)
-        if key in self._refs:
-            self._refs.move_to_end(key)
-            return self._refs[key]
-        self.progress(f"reference {workload.label} seed {seed % 10000:04d}")
-        outs = run_reference(self.definition, inputs)
-        outs = {k: (v.astype(np.float32) if v.size > _F32_CACHE_ABOVE else v) for k, v in outs.items()}
-        self._refs[key] = outs
-        self._ref_bytes += sum(v.nbytes for v in outs.values())
-        while self._ref_bytes > self.config.reference_cache_bytes and len(self._refs) > 1:
-            _, old = self._refs.popitem(last=False)
-            self._ref_bytes -= sum(v.nbytes for v in old.values())
-        return outs
-
-    # -- inputs -------------------------------------------------------------------------------------
+        """Reference outputs for (workload, seed), computed once and cached."""
+        return self.data.reference(workload, seed, inputs)
 
     def inputs(self, workload: Workload, seed: int) -> tuple[dict, Path]:
-        """Inputs for (workload, seed) and the directory holding them as files (``in.<name>``), made once and
-        reused by later evaluations (LRU, bounded in bytes). Each evaluation still runs in a fresh process,
-        and the files are verified unchanged after every call."""
-        key = (workload.uuid, seed)
-        if key in self._inputs:
-            self._inputs.move_to_end(key)
-            return self._inputs[key]
-        if self._input_root is None:
-            self._input_root = _shared_dir("ksearch-inputs-")
-        inputs = make_inputs(self.definition, workload, seed)
-        folder = self._input_root / f"{len(self._inputs)}-{seed % 100000}-{workload.uuid[:8]}"
-        folder.mkdir()
-        for name, value in inputs.items():
-            if isinstance(value, np.ndarray):
-                self._write_input(value, folder / f"in.{name}")
-        self._inputs[key] = (inputs, folder)
-        self._input_bytes += _nbytes(inputs)
-        while self._input_bytes > self.config.input_cache_bytes and len(self._inputs) > 1:
-            _, (old, old_dir) = self._inputs.popitem(last=False)
-            self._input_bytes -= _nbytes(old)
-            shutil.rmtree(old_dir, ignore_errors=True)
-            self._input_stats = {p: st for p, st in self._input_stats.items() if not p.startswith(f"{old_dir}/")}
-        return inputs, folder
-
-    def _write_input(self, value: np.ndarray, path: Path) -> None:
-        value.tofile(path)
-        st = path.stat()
-        self._input_stats[str(path)] = (st.st_size, st.st_mtime_ns)
-
-    def _inputs_tampered(self) -> str | None:
-        """The first file under the input directory that this process did not write as it is now (a kernel
-        that escaped its sandbox wrote there), or None. The input cache is dropped when one is found."""
-        if self._input_root is None:
-            return None
-        found = None
-        for dirpath, dirnames, filenames in os.walk(self._input_root):
-            for f in filenames:
-                path = os.path.join(dirpath, f)
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                if self._input_stats.get(path) != (st.st_size, st.st_mtime_ns):
-                    found = path
-                    break
-            if found:
-                break
-        if found is None and len(self._input_stats) != sum(1 for _ in self._input_root.rglob("in.*")):
-            found = str(self._input_root)  # a file of ours was removed
-        if found is not None:
-            self.close()
-        return found
+        """Inputs for (workload, seed) and the directory holding them as files (``in.<name>``)."""
+        return self.data.inputs(workload, seed)
 
     def close(self) -> None:
         """Remove the input files (also done at interpreter exit)."""
-        if self._input_root is not None:
-            shutil.rmtree(self._input_root, ignore_errors=True)
-            self._input_root = None
-            self._inputs.clear()
-            self._input_stats.clear()
-            self._input_bytes = 0
-
-    def __del__(self):
-        self.close()
+        self.data.close()
 
     # -- the naive baseline -------------------------------------------------------------------------
 
@@ -280,7 +164,7 @@ class Evaluator:
         failed = next((r for r in ev.workloads if r.status not in (Status.PASSED, Status.SKIPPED)), None)
         if failed is not None:
             ev.status, ev.message = failed.status, f"{failed.workload}: {failed.message}"
-        tampered = self._inputs_tampered()
+        tampered = self.data.tampered()
         if tampered is not None:
             ev.status = Status.REJECTED
             ev.message = f"the kernel wrote outside its scratch directory (into the judge's inputs: {tampered})"
@@ -461,7 +345,7 @@ class Evaluator:
             if isinstance(value, np.ndarray) and value.size:
                 path = in_dir / f"in.{name}"
                 if not np.array_equal(np.fromfile(path, np.uint8), value.reshape(-1).view(np.uint8)):  # bitwise
-                    self._write_input(value, path)  # restore it for the next candidate
+                    self.data.write_input(value, path)  # restore it for the next candidate
                     return Status.REJECTED, f"the kernel modified its input {name!r}", float("nan"), float("nan")
         worst_abs = worst_rel = 0.0
         for name, spec in d.outputs.items():
