@@ -260,7 +260,7 @@ class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
-def _drop_capabilities(report: dict) -> None:
+def _drop_capabilities(report: dict, privileged: bool) -> None:
     try:
         with open("/proc/sys/kernel/cap_last_cap") as f:
             last = int(f.read())
@@ -268,6 +268,8 @@ def _drop_capabilities(report: dict) -> None:
         last = 40
     for cap in range(last + 1):
         if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() not in (errno.EINVAL,):
+            if not privileged:  # an ordinary user outside any user namespace: nothing to drop
+                break
             report["errors"].append(f"capability bounding set: cannot drop {cap}")
             break
     _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
@@ -339,13 +341,30 @@ def _seccomp(report: dict) -> None:
     report["seccomp"] = sorted(_X86_64_DENY) + ["clone without CLONE_THREAD", "clone3", "kill/tgkill of others"]
 
 
+def _user_tasks(uid: int) -> int:
+    """Processes and threads the user ``uid`` runs now (RLIMIT_NPROC counts them all, outside a user namespace)."""
+    n = 0
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            if int(fields["Uid"].split()[0]) == uid:
+                n += int(fields.get("Threads", "1"))
+        except (OSError, ValueError, KeyError):
+            continue
+    return n
+
+
 def _limits(policy: dict, report: dict) -> None:
+    nproc = policy.get("nproc")
+    if nproc is not None and not report["namespaces"] and os.geteuid() != 0:
+        nproc = int(nproc) + _user_tasks(os.geteuid())  # the limit counts the user's other processes too
     limits = {
         "core": (resource.RLIMIT_CORE, 0),
         "address_space": (resource.RLIMIT_AS, policy.get("address_space_bytes")),
         "file_size": (resource.RLIMIT_FSIZE, policy.get("file_size_bytes")),
         "cpu_s": (resource.RLIMIT_CPU, policy.get("cpu_s")),
-        "nproc": (resource.RLIMIT_NPROC, policy.get("nproc")),
+        "nproc": (resource.RLIMIT_NPROC, nproc),
     }
     for name, (which, value) in limits.items():
         if value is None:
@@ -361,7 +380,7 @@ def _limits(policy: dict, report: dict) -> None:
 
 def _lock_down(policy: dict, report: dict) -> None:
     try:
-        _drop_capabilities(report)
+        _drop_capabilities(report, privileged=os.geteuid() == 0)
     except OSError as e:
         report["errors"].append(str(e))
     try:
