@@ -1,7 +1,7 @@
 """Knowledge packs: code patterns with knobs, as data, and the renderer that turns a path of choices into
 kernel sources.
 
-A pack lives in ``packs/<task-family>/<target>/``: ``pack.yaml`` (schema below and in README.md) and
+A pack lives in ``packs/<task-family>/<target>/``: ``pack.yaml`` (records in schema.py, format in README.md) and
 ``templates/*.j2`` (Jinja2). It declares *families* (competing kernel designs, the first-level branches of
 the search tree) and ordered *decisions*, each with *choices*; a choice carries the planner's priors
 (difficulty 1-5, rating 0-10, confidence 0-1, impacts 0-10), hardware requirements, knobs (allowed
@@ -40,6 +40,7 @@ CTYPES: dict[str, str] = {"float32": "float", "float16": "_Float16", "float64": 
 
 #: The name under which the family is given in a path's ``choices``.
 FAMILY_KEY = "family"
+
 
 class RenderedKernel(BaseModel):
     """Sources of one kernel rendered from a pack, with the fully resolved path that produced it."""
