@@ -70,6 +70,7 @@ def evaluation_json(ev: Evaluation, hw=None) -> dict:
              "pct_of_floor": r.pct_of_floor, "speedup_vs_naive": r.speedup_vs_naive, "message": r.message}
             for r in ev.workloads
         ],
+        "sandbox": ev.sandbox,
     }
 
 
