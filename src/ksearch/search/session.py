@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
-from ksearch.errors import SearchError, StoreError
+from ksearch.errors import SearchError, StoreError, TaskError
 from ksearch.eval.baselines import time_baseline
 from ksearch.eval.evaluator import EvalConfig, Evaluator
 from ksearch.eval.records import Evaluation, Status
@@ -137,7 +137,13 @@ class Session:
         """Check the best kernel on workloads it never saw (sizes drawn with a secret seed, no larger than the
         run's check workloads); a failure there becomes the best kernel's final status."""
         like = [w for w in selected if w.purpose == "check"] or selected
-        workloads = ev.hidden_workloads(secrets.randbits(62), HIDDEN_WORKLOADS, like=like)
+        try:
+            workloads = ev.hidden_workloads(secrets.randbits(62), HIDDEN_WORKLOADS, like=like)
+        except TaskError as e:  # the axes' ranges and constraints leave nothing to draw: say so, go on
+            self.progress(f"final: no hidden workloads: {e}")
+            return {"axes": [], "evaluation": Evaluation(candidate_id=candidate.id, task=self.task.name,
+                                                         target=self.cfg.target, status=Status.SKIPPED,
+                                                         message=str(e)).model_dump(mode="json")}
         self.progress(f"final: best kernel on {len(workloads)} hidden workloads")
         hidden = ev.evaluate(candidate, workloads, timing=False)
         if hidden.status is not Status.PASSED:
