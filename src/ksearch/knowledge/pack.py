@@ -12,6 +12,7 @@ taken so far; every decision not taken falls back to its naive default, so any p
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,8 @@ class RenderedKernel(BaseModel):
     sources: dict[str, str] = Field(description="file name -> text, e.g. {'kernel.c': ...}")
     entry_point: str
     compile_flags: list[str] = Field(description="flags added to the target's compile command")
+    launch: dict[str, Any] = Field(default_factory=dict, description="the target's launch plan (GPU targets; "
+                                   "empty for the CPU), rendered from the family's launch template")
 
     @property
     def content_hash(self) -> str:
@@ -65,6 +68,8 @@ class RenderedKernel(BaseModel):
             h.update(part.encode() + b"\0")
         for name in sorted(self.sources):
             h.update(name.encode() + b"\0" + self.sources[name].encode() + b"\0")
+        if self.launch:  # absent for the CPU: its hashes stay what they were
+            h.update(b"launch\0" + json.dumps(self.launch, sort_keys=True).encode())
         return h.hexdigest()
 
 
@@ -88,6 +93,11 @@ class Pack(StrictRecord):
     tasks: list[str] = Field(min_length=1)
     signature: Signature
     entry_point: str = "run"
+    source_file: str = Field(default="kernel.c", description="name of the rendered source in RenderedKernel.sources")
+    ctypes: dict[str, str] = Field(default_factory=dict, description="dtype -> C type, over CTYPES (e.g. "
+                                   "float16: __half for CUDA)")
+    restrict: str = Field(default="restrict", description="the pointer qualifier in task.params (__restrict__ in CUDA)")
+    axis_ctype: str = Field(default="int64_t", description="C type of the axes in task.params")
     default_family: str
     vars: dict[str, Any] = Field(default_factory=dict, description="template variables before any choice")
     families: list[Family] = Field(min_length=1)
@@ -262,9 +272,23 @@ class Pack(StrictRecord):
             where = f"{getattr(e, 'name', None) or fam.template}" + (f":{e.lineno}" if getattr(e, "lineno", None) else "")
             raise KnowledgeError(f"pack {self.name!r}: template {where} failed for {path.family} {path.choices} "
                                  f"{path.knobs}: {e}") from None
+        launch = self._render_launch(fam, ctx, path) if fam.launch else {}
         return RenderedKernel(pack=self.name, target=self.target, task=definition.name, family=path.family,
-                              choices=path.choices, knobs=path.knobs, sources={"kernel.c": source},
-                              entry_point=self.entry_point, compile_flags=flags)
+                              choices=path.choices, knobs=path.knobs, sources={self.source_file: source},
+                              entry_point=self.entry_point, compile_flags=flags, launch=launch)
+
+    def _render_launch(self, fam: Family, ctx: dict[str, Any], path: ResolvedPath) -> dict[str, Any]:
+        """The family's launch template rendered with the kernel's context and parsed as YAML (a mapping)."""
+        try:
+            text = self._environment().get_template(fam.launch).render(ctx)
+            plan = yaml.safe_load(text)
+        except (jinja2.TemplateError, yaml.YAMLError) as e:
+            raise KnowledgeError(f"pack {self.name!r}: launch template {fam.launch} failed for {path.family} "
+                                 f"{path.choices} {path.knobs}: {e}") from None
+        if not isinstance(plan, dict):
+            raise KnowledgeError(f"pack {self.name!r}: launch template {fam.launch} gave {type(plan).__name__}, "
+                                 f"not a mapping, for {path.family} {path.choices} {path.knobs}")
+        return plan
 
     def _task_context(self, definition: Any) -> dict[str, Any]:
         """Template variables derived from the definition (C types, the entry point's parameter list)."""
@@ -279,15 +303,17 @@ class Pack(StrictRecord):
                                      f"signature expects {want}")
         specs = {**definition.inputs, **definition.outputs}
         ctype: dict[str, str] = {}
+        ctypes = {**CTYPES, **self.ctypes}
         for name, spec in specs.items():
-            if spec.dtype not in sig.dtypes[name] or spec.dtype not in CTYPES:
+            if spec.dtype not in sig.dtypes[name] or spec.dtype not in ctypes:
                 raise KnowledgeError(f"pack {self.name!r}: {name} of task {definition.name!r} is {spec.dtype}; the "
                                      f"templates handle {sig.dtypes[name]}")
-            ctype[name] = CTYPES[spec.dtype]
-        params = [f"const {ctype[n]} *restrict {n}" for n in definition.inputs]
+            ctype[name] = ctypes[spec.dtype]
+        r = self.restrict
+        params = [f"const {ctype[n]} *{r} {n}" for n in definition.inputs]
         input_params = ", ".join(params)
-        params += [f"{ctype[n]} *restrict {n}" for n in definition.outputs]
-        params += [f"int64_t {a}" for a in definition.axes]
+        params += [f"{ctype[n]} *{r} {n}" for n in definition.outputs]
+        params += [f"{self.axis_ctype} {a}" for a in definition.axes]
         axis_max = {a: getattr(ax, "max", None) or getattr(ax, "value", None) for a, ax in definition.axes.items()}
         return {"name": definition.name, "entry_point": self.entry_point, "ctype": ctype,
                 "dtype": {n: s.dtype for n, s in specs.items()}, "params": ", ".join(params),
@@ -326,13 +352,16 @@ def load_pack_file(path: str | Path) -> Pack:
         loader=jinja2.FileSystemLoader(str(path.parent / "templates")), undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     for fam in pack.families:
-        try:
-            pack._env.get_template(fam.template)
-        except jinja2.TemplateNotFound:
-            raise KnowledgeError(f"{path}: families.{fam.id}.template: {fam.template!r} not found in "
-                                 f"{path.parent / 'templates'}") from None
-        except jinja2.TemplateSyntaxError as e:
-            raise KnowledgeError(f"{path}: template {e.name or fam.template}:{e.lineno}: {e.message}") from None
+        for field, name in (("template", fam.template), ("launch", fam.launch)):
+            if name is None:
+                continue
+            try:
+                pack._env.get_template(name)
+            except jinja2.TemplateNotFound:
+                raise KnowledgeError(f"{path}: families.{fam.id}.{field}: {name!r} not found in "
+                                     f"{path.parent / 'templates'}") from None
+            except jinja2.TemplateSyntaxError as e:
+                raise KnowledgeError(f"{path}: template {e.name or name}:{e.lineno}: {e.message}") from None
     return pack
 
 

@@ -77,9 +77,11 @@ class _Action(StrictRecord):
 
 
 class Family(_Action):
-    """A competing kernel design, rendered by one template."""
+    """A competing kernel design, rendered by one template. ``launch`` (GPU targets): a template that renders
+    the kernel's launch plan as YAML (e.g. docs/cuda-target.md), with the same context as the kernel's."""
 
     template: str
+    launch: str | None = None
 
 
 class Choice(_Action):

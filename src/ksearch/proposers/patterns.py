@@ -147,7 +147,7 @@ class PatternsProposer:
         kernel = self.pack.render(self.definition, node.payload["choices"], node.payload.get("knobs", {}))
         return Candidate(
             target=self.pack.target, sources=dict(kernel.sources), entry_point=kernel.entry_point,
-            compile_flags=list(kernel.compile_flags),
+            compile_flags=list(kernel.compile_flags), launch=dict(kernel.launch),
             meta={"proposer": self.name, "pack": kernel.pack, "family": kernel.family, "choices": kernel.choices,
                   "knobs": kernel.knobs},
         )
