@@ -7,3 +7,17 @@ def _isolated_home(tmp_path_factory, monkeypatch):
     home = tmp_path_factory.getbasetemp() / "ksearch-home"
     home.mkdir(exist_ok=True)
     monkeypatch.setenv("KSEARCH_HOME", str(home))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip ``cuda``-marked tests, with the reason, where CuPy or a CUDA device is missing."""
+    marked = [item for item in items if "cuda" in item.keywords]
+    if not marked:
+        return
+    from ksearch.targets.cuda import cupy_status
+
+    reason = cupy_status()
+    if reason is None:
+        return
+    for item in marked:
+        item.add_marker(pytest.mark.skip(reason=f"cuda: {reason}"))

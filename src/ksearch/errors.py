@@ -19,6 +19,11 @@ class TargetError(KsearchError):
     """A target is unavailable or misconfigured (no compiler, no device)."""
 
 
+class KernelCompileError(TargetError):
+    """A candidate's source did not compile where the target compiles it late (the cuda target compiles in
+    the worker, which owns the GPU); the message is the compiler's log. Reported as COMPILE_ERROR."""
+
+
 class HardwareError(KsearchError):
     """The hardware spec could not be detected, measured or loaded."""
 

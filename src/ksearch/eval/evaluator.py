@@ -114,7 +114,9 @@ class Evaluator:
     def naive_candidate(self) -> Candidate:
         """The task's naive kernel for this target. Raises KeyError when the task ships none."""
         source = self.task.naive_sources[self.target.name]
-        return Candidate(target=self.target.name, sources={"kernel.c": source}, meta={"role": "naive"})
+        name = {"cuda": "kernel.cu"}.get(self.target.name, "kernel.c")
+        launch = getattr(self.task, "naive_launch", {}).get(self.target.name, {})
+        return Candidate(target=self.target.name, sources={name: source}, launch=launch, meta={"role": "naive"})
 
     def measure_naive(self, workloads: list[Workload], timing: bool | str = True) -> Evaluation:
         """Evaluate the naive kernel on these workloads and remember its median times for speedups."""
@@ -207,8 +209,12 @@ class Evaluator:
                         continue
                     ev.sandbox = _sandbox_summary(reply.get("sandbox") or {})
                     if not reply.get("ok"):
-                        ev.workloads.append(WorkloadResult(workload=wl.label, status=Status.RUNTIME_ERROR,
-                                                           message=reply.get("error", "load failed")))
+                        late_compile = reply.get("status") == Status.COMPILE_ERROR.value  # cuda: NVRTC in the worker
+                        if late_compile:
+                            ev.compile_log = str(reply.get("error", ""))
+                        ev.workloads.append(WorkloadResult(
+                            workload=wl.label, status=Status.COMPILE_ERROR if late_compile else Status.RUNTIME_ERROR,
+                            message=reply.get("error", "load failed")))
                         continue
                 timed = timing if isinstance(timing, bool) else wl.purpose == timing
                 result = self._run_one(worker, wl, timed, scratch)
@@ -228,6 +234,8 @@ class Evaluator:
         for path in outs:
             path.touch()
         policy = self.config.sandbox
+        if self.target.name == "cuda" and not policy.gpu:  # the worker must reach the GPU's device nodes
+            policy = policy.model_copy(update={"gpu": True})
         if policy.cpu_s is None:
             policy = policy.model_copy(update={"cpu_s": self._cpu_limit_s(n_workloads)})
         return Worker(scratch, policy, writable=outs, readable=[Path(artifact).parent])

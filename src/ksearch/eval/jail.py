@@ -209,7 +209,8 @@ def _file_system(policy: dict, report: dict) -> None:
     home = policy["home"]
     _mount("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(policy.get('home_bytes', 256 << 20))},mode=700")
     writable = [p for p in policy.get("writable", []) if os.path.isfile(p)]
-    for path in writable + [d for d in DEVICES if os.path.exists(d)]:
+    gpu = [d for d in policy.get("devices", []) if os.path.exists(d)]  # Policy(gpu=True): /dev/nvidia*
+    for path in writable + [d for d in DEVICES if os.path.exists(d)] + gpu:
         _mount(path, path, None, MS_BIND)
     failed = []
     for point, opts in _mountinfo():
@@ -224,6 +225,9 @@ def _file_system(policy: dict, report: dict) -> None:
     for path in DEVICES:
         if os.path.exists(path):
             _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_RDONLY)
+    for path in gpu:  # usable device nodes (no nodev); the driver's /proc/driver/nvidia and /sys stay readable
+        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_NOSUID)
+    report["devices"] = gpu
     report["errors"] += [f"read-only remount {f}" for f in failed]
     report["read_only_fs"] = not any(f.startswith(("/:", "/dev/shm:", "/tmp:")) for f in failed)
     report["writable"] = [home] + writable

@@ -28,6 +28,8 @@ from ksearch import config
 from ksearch.errors import WorkerError
 
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES")
+_GPU_ENV = ("CUDA_PATH", "CUDA_HOME", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
+            "NVIDIA_DRIVER_CAPABILITIES")
 _SIGNAL_HINTS = {"SIGXCPU": "CPU time limit reached", "SIGXFSZ": "file size limit reached",
                  "SIGSYS": "a forbidden system call"}
 
@@ -41,6 +43,7 @@ class Policy(BaseModel):
     processes + threads (enforced inside a user namespace, and for non-root users). ``hide_home``: cover the
     invoking user's home directory with an empty file system. ``seccomp``: off only to prove that the other
     layers contain a candidate on their own (tests).
+    ``gpu``: see the field.
     """
 
     namespaces: Literal["auto", "no-user", "off"] = "auto"
@@ -51,6 +54,11 @@ class Policy(BaseModel):
     nproc: int = Field(default_factory=lambda: max(256, 4 * (os.cpu_count() or 1)), gt=0)
     hide_home: bool = True
     seccomp: bool = True
+    #: pass the NVIDIA GPU through (``/dev/nvidia*`` device nodes usable, no address-space limit: the CUDA
+    #: driver reserves far more virtual memory than it uses; CUDA variables kept in the environment). Set by
+    #: the judge for GPU targets. If CUDA does not initialise inside the namespaces, ``namespaces="off"`` is
+    #: the documented fallback (docs/cuda-target.md)
+    gpu: bool = False
 
 
 class WorkerTimeout(Exception):
@@ -83,9 +91,12 @@ def describe_exit(returncode: int | None) -> str:
     return f"worker exited with status {returncode}"
 
 
-def scrubbed_env(home: Path) -> dict[str, str]:
-    """The environment a candidate sees: a whitelist (nothing secret), HOME and TMPDIR = ``home``."""
-    env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
+def scrubbed_env(home: Path, gpu: bool = False) -> dict[str, str]:
+    """The environment a candidate sees: a whitelist (nothing secret), HOME and TMPDIR = ``home``; with
+    ``gpu``, the CUDA variables too and CuPy's kernel cache in ``home`` (private to the worker)."""
+    env = {k: os.environ[k] for k in _KEEP_ENV + (_GPU_ENV if gpu else ()) if k in os.environ}
+    if gpu:
+        env["CUPY_CACHE_DIR"] = str(home / "cupy")
     env["HOME"] = str(home)
     env["TMPDIR"] = str(home)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -110,11 +121,20 @@ def policy_argument(policy: Policy, home: Path, writable: list[Path], readable: 
     nproc = policy.nproc
     return json.dumps({
         "namespaces": policy.namespaces, "home": str(home), "home_bytes": policy.home_bytes,
-        "writable": [str(p) for p in writable], "address_space_bytes": policy.address_space_bytes,
+        "writable": [str(p) for p in writable],
+        "address_space_bytes": None if policy.gpu else policy.address_space_bytes,
+        "devices": gpu_device_nodes() if policy.gpu else [],
         "file_size_bytes": policy.file_size_bytes, "cpu_s": policy.cpu_s, "nproc": nproc,
         "pid_max": max(301, nproc + 64), "seccomp": policy.seccomp,  # 301: the kernel's least pid_max
         "hide": config.user_homes() if policy.hide_home else [], "keep": _needed_paths(readable),
     })
+
+
+def gpu_device_nodes() -> list[str]:
+    """The NVIDIA device nodes of this machine (``/dev/nvidia0``, ``nvidiactl``, ``nvidia-uvm``, ...)."""
+    import glob
+
+    return sorted(p for p in glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*") if not os.path.isdir(p))
 
 
 class Worker:
@@ -140,7 +160,7 @@ class Worker:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "ksearch.eval.worker", arg],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                cwd=self.home, env=scrubbed_env(self.home), start_new_session=True,
+                cwd=self.home, env=scrubbed_env(self.home, self.policy.gpu), start_new_session=True,
             )
         except OSError as e:
             self._stderr.close()

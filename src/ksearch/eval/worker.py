@@ -122,12 +122,14 @@ def _main() -> int:
     os.dup2(devnull, 0)
     os.dup2(2, 1)
 
+    from ksearch.errors import KernelCompileError
     from ksearch.eval.protocol import TimingPlan
     from ksearch.eval.records import Candidate
     from ksearch.targets import get_target
     from ksearch.tasks.definition import Definition
 
     fn = None
+    runner = None  # a device target's runner (see ksearch.targets.cuda_runtime), None for the cpu
     flush = None
     keep: list = []
     now, dumps = time.perf_counter_ns, json.dumps  # bound before any kernel loads: patching the modules later
@@ -146,15 +148,28 @@ def _main() -> int:
             if op == "load":
                 definition = Definition.model_validate(req["definition"])
                 candidate = Candidate.model_validate(req["candidate"])
-                fn = get_target(req["target"]).load(req["artifact"], candidate, definition)
+                try:
+                    fn = get_target(req["target"]).load(req["artifact"], candidate, definition)
+                except KernelCompileError as e:  # targets that compile late (cuda: NVRTC in the worker)
+                    reply({"ok": False, "status": "COMPILE_ERROR", "error": str(e), "sandbox": report})
+                    continue
+                runner = fn if getattr(fn, "is_device_runner", False) else None
                 reply({"ok": True, "pid": os.getpid(), "sandbox": report})
             elif op == "call":
                 if fn is None:
                     reply({"ok": False, "error": "call before load"})
                     continue
+                plan = TimingPlan.model_validate(req["timing"]) if req.get("timing") else None
+                if runner is not None:  # a device target: it owns buffers, launches and the device clock
+                    if plan is None:
+                        runner.call(req["args"])
+                        reply({"ok": True})
+                    else:
+                        times_ms, sums = runner.timed(req["args"], req.get("warmup_args"), plan)
+                        reply({"ok": True, "times_ms": times_ms, "sums": sums})
+                    continue
                 _release(keep)
                 args, outputs, keep = _map(req["args"])
-                plan = TimingPlan.model_validate(req["timing"]) if req.get("timing") else None
                 if plan is None:
                     fn(*args)
                     reply({"ok": True})

@@ -39,7 +39,7 @@ class Target(Protocol):
 
 
 def target_names() -> list[str]:
-    return ["cpu"]
+    return ["cpu", "cuda"]
 
 
 def get_target(name: str) -> Target:
@@ -48,4 +48,8 @@ def get_target(name: str) -> Target:
         from ksearch.targets.cpu import CpuTarget
 
         return CpuTarget()
+    if name == "cuda":
+        from ksearch.targets.cuda import CudaTarget
+
+        return CudaTarget()
     raise TargetError(f"unknown target {name!r}; known: {', '.join(target_names())}")

@@ -4,7 +4,8 @@ A task is a definition plus its workloads, plus (for built-ins) a naive kernel p
 is measured against. Accepted on disk:
 
 - a directory holding ``definition.json`` or ``definition.yaml`` and optionally ``workloads.jsonl`` and
-  ``naive.<target>.<ext>`` files (the built-in layout);
+  ``naive.<target>.<ext>`` files (the built-in layout), with ``naive.<target>.launch.yaml`` beside a GPU
+  target's naive kernel (its launch plan);
 - a definition file (``.json`` as flashinfer-bench writes it, or ``.yaml``) with workloads given separately
   (a JSONL file whose lines are Workload objects, or flashinfer-bench traces with a ``workload`` field).
 """
@@ -36,6 +37,8 @@ class Task:
     origin: str = ""
     #: Python baselines: name -> source defining ``run`` (see Definition.baselines)
     baseline_sources: dict[str, str] = field(default_factory=dict)
+    #: launch plan of a GPU target's naive kernel (``naive.<target>.launch.yaml``; see docs/cuda-target.md)
+    naive_launch: dict[str, dict] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -131,13 +134,18 @@ def _load_dir(d, origin: str) -> Task:
         f = d / f"naive.{target}.{ext}"
         if f.is_file():
             naive[target] = f.read_text()
+    launches = {}
+    for target in naive:
+        f = d / f"naive.{target}.launch.yaml"
+        if f.is_file():
+            launches[target] = _read_mapping(Path(str(f)))
     baselines = {}
     for bname, rel in definition.baselines.items():
         f = d.joinpath(*rel.split("/"))
         if not f.is_file():
             raise TaskError(f"{origin}: baseline {bname!r} file {rel!r} not found")
         baselines[bname] = f.read_text()
-    task = Task(definition, workloads, naive, origin, baselines)
+    task = Task(definition, workloads, naive, origin, baselines, launches)
     for w in workloads:
         definition.axis_values(w)  # every workload must satisfy the axes and constraints
     return task

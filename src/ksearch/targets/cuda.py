@@ -1,0 +1,106 @@
+"""The cuda target: CUDA C++ compiled at run time with NVRTC (through CuPy), launched as its plan declares.
+
+The controller's side (`CudaTarget.compile`) checks the launch plan and the NVRTC options and writes the
+candidate (sources, options, plan) to ``$KSEARCH_HOME/cache/cuda/<candidate id>.json``, the artifact the
+worker loads; it needs neither CuPy nor a GPU. The worker (`CudaTarget.load`, inside the sandbox) compiles
+with NVRTC for its device's architecture and returns a `ksearch.targets.cuda_runtime.CudaRunner`: the worker
+owns the CUDA context, so compiling there needs no second context. An NVRTC failure raises
+KernelCompileError, which the judge reports as COMPILE_ERROR with the NVRTC log.
+
+Compiled modules are cached by CuPy (key: source + options + arch + NVRTC version) in the worker's own
+scratch home (``CUPY_CACHE_DIR``), not in a directory shared between workers: a hostile candidate could
+otherwise overwrite another candidate's cached binary. Recompiling costs ~0.1-1 s per worker.
+
+ABI and plan format: docs/cuda-target.md.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ksearch import config
+from ksearch.eval.records import Candidate
+from ksearch.targets.base import CompileResult
+from ksearch.targets.cuda_launch import PlanError, parse_plan, refused_flag
+from ksearch.tasks.definition import Definition
+
+SOURCE_EXT = (".cu", ".cuh")
+BASE_OPTIONS = ("-std=c++17",)
+
+
+def cupy_status() -> str | None:
+    """None when CuPy imports and sees a CUDA device, else why not ("cupy not installed", "no CUDA device")."""
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        return "cupy not installed (pip install cupy-cuda12x or cupy-cuda13x)"
+    except Exception as e:  # a broken CUDA installation
+        return f"cupy does not import: {type(e).__name__}: {e}"
+    try:
+        import cupy
+
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:
+        return f"no CUDA device ({type(e).__name__}: {e})"
+    return None if count > 0 else "no CUDA device"
+
+
+def combined_source(candidate: Candidate) -> str:
+    """The candidate's .cu files in name order as one translation unit (.cuh files are only for #include
+    by name, which NVRTC cannot resolve from memory: they are prepended too)."""
+    names = sorted(n for n in candidate.sources if n.endswith(".cuh")) + \
+        sorted(n for n in candidate.sources if n.endswith(".cu"))
+    return "\n".join(f'#line 1 "{n}"\n{candidate.sources[n]}' for n in names)
+
+
+class CudaTarget:
+    name = "cuda"
+
+    def available(self) -> str | None:
+        return cupy_status()
+
+    def compile(self, candidate: Candidate, definition: Definition, timeout_s: float = 120.0) -> CompileResult:
+        """Check the plan and options and write the artifact the worker compiles (see the module docstring).
+        A bad plan or option is ok=False with the field named."""
+        t0 = time.perf_counter()
+        if not any(n.endswith(".cu") for n in candidate.sources):
+            return CompileResult(False, None, f"no CUDA source among {sorted(candidate.sources)} (expected a .cu file)",
+                                 0.0)
+        for name in candidate.sources:
+            if "/" in name or name.startswith(".") or not name.endswith(SOURCE_EXT):
+                return CompileResult(False, None, f"source name {name!r} must be a plain *.cu or *.cuh file name", 0.0)
+        refused = refused_flag(candidate.compile_flags)
+        if refused:
+            return CompileResult(False, None, refused, 0.0)
+        try:
+            parse_plan(candidate.launch, definition)
+        except PlanError as e:
+            return CompileResult(False, None, str(e), 0.0)
+        cache = config.home_dir() / "cache" / "cuda"
+        cache.mkdir(parents=True, exist_ok=True)
+        artifact = cache / f"{candidate.id}.json"
+        if artifact.is_file():
+            return CompileResult(True, artifact, "(cached; NVRTC compiles in the worker)", time.perf_counter() - t0,
+                                 cached=True)
+        options = list(BASE_OPTIONS if not any(f.lstrip("-").startswith("std=") for f in candidate.compile_flags)
+                       else ()) + list(candidate.compile_flags)
+        payload = {"source": combined_source(candidate), "options": options, "launch": candidate.launch}
+        partial = artifact.with_suffix(f".{time.monotonic_ns()}.tmp")
+        partial.write_text(json.dumps(payload))
+        partial.replace(artifact)
+        return CompileResult(True, artifact, "(NVRTC compiles in the worker)", time.perf_counter() - t0)
+
+    def load(self, artifact: Path, candidate: Candidate, definition: Definition):
+        """Inside the worker: compile with NVRTC and return a CudaRunner.
+
+        Raises:
+            KernelCompileError: NVRTC refused the source, or a kernel of the plan is not in it.
+            TargetError: CuPy or the device is missing.
+        """
+        from ksearch.targets.cuda_runtime import CudaRunner
+
+        payload = json.loads(Path(artifact).read_text())
+        plan = parse_plan(payload["launch"], definition)
+        return CudaRunner(payload["source"], payload["options"], plan, definition)

@@ -1,0 +1,230 @@
+"""The cuda target inside the worker: NVRTC compile, device buffers, launches, and GPU timing (CuPy).
+
+Imported only in the worker (it imports CuPy). The worker hands it the same argument references as for
+the cpu target (input files mapped from the controller, output files the controller compares) and gets
+back what the cpu path returns: nothing for a plain call, (times in ms, output summaries) for a timing
+request. The controller never knows the outputs lived on a GPU.
+
+Per call: inputs copied host -> device (once per input set), outputs and poison-initialized temporaries
+NaN-poisoned (0xA5 bytes for integers) on the device, the plan's launches run on the current stream, the
+whole device synchronized, outputs copied back to the output files.
+Timing: warm-up calls on the warm-up inputs; then per repeat, outside the clock: outputs re-poisoned and
+a buffer of max(flush_bytes, 2 x L2) bytes written (evicts L2); inside: the launch sequence between two
+CUDA events; the device synchronized before the elapsed time is read. The timed inputs rotate among up to
+``ROTATE`` device copies at distinct addresses (same data: the controller checks every timed call's
+output summary against the verified last one, so the data cannot differ).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ksearch.errors import KernelCompileError, TargetError
+from ksearch.targets.cuda_launch import LaunchPlan, PlanError, ResolvedLaunch, resolve, temporary_shape
+from ksearch.tasks.definition import Definition
+from ksearch.tasks.inputs import numpy_dtype
+
+ROTATE = 3
+_STATIC_SHARED_LIMIT = 48 * 1024
+
+
+class CudaRunner:
+    """One compiled candidate on the current CUDA device.
+
+    Args:
+        source: the translation unit; options: NVRTC options (CuPy adds the device's -arch);
+        plan: the validated launch plan; definition: the task (names and ABI order).
+    Raises:
+        KernelCompileError: NVRTC failed (message: its log) or a kernel named by the plan is missing.
+        TargetError: CuPy or a device is missing.
+    """
+
+    is_device_runner = True
+
+    def __init__(self, source: str, options: list[str], plan: LaunchPlan, definition: Definition):
+        try:
+            import cupy as cp
+        except ImportError as e:
+            raise TargetError(f"cupy not installed in the worker's interpreter: {e}") from None
+        self.cp = cp
+        self.plan, self.definition = plan, definition
+        dev = cp.cuda.Device()
+        attrs = dev.attributes
+        self.max_threads = int(attrs.get("MaxThreadsPerBlock", 1024))
+        self.l2_bytes = int(attrs.get("L2CacheSize", 0))
+        self.arch = f"sm_{dev.compute_capability}"
+        names = plan.kernel_names()
+        try:
+            module = cp.RawModule(code=source, options=tuple(options), name_expressions=names)
+            self.functions = {name: module.get_function(name) for name in names}
+        except cp.cuda.compiler.CompileException as e:
+            raise KernelCompileError(f"NVRTC ({self.arch}, options {' '.join(options)}):\n{e}") from None
+        except Exception as e:  # a name expression that is not in the source, a bad option
+            raise KernelCompileError(f"NVRTC ({self.arch}): {type(e).__name__}: {e} (kernels {names})") from None
+        self._resolved: dict[tuple, list[ResolvedLaunch]] = {}
+        self._flush = None
+
+    # -- arguments --------------------------------------------------------------------------------
+
+    def _bind(self, refs: list[dict], copies: int = 1) -> tuple[list[dict], dict, dict, dict[str, int]]:
+        """Device arguments for ArgRefs in ABI order: (input sets, outputs, temporaries, axes).
+        Each input set maps every input (and scalar) name to its value; outputs: name -> (device array,
+        host path); temporaries: name -> device array."""
+        cp, d = self.cp, self.definition
+        names = list(d.inputs) + list(d.outputs) + list(d.axes)
+        if len(refs) != len(names):
+            raise TargetError(f"{len(refs)} arguments for {len(names)} ABI slots {names}")
+        axes = {a: int(ref["value"]) for a, ref in zip(names[-len(d.axes):], refs[-len(d.axes):])} if d.axes else {}
+        sets: list[dict] = [{} for _ in range(copies)]
+        outputs: dict = {}
+        for name, ref in zip(names, refs):
+            if ref["kind"] == "scalar":
+                spec = d.inputs.get(name)
+                is_float = spec is not None and spec.dtype.startswith(("float", "bfloat"))
+                value = np.float64(ref["value"]) if is_float else np.int64(ref["value"])
+                for s in sets:
+                    s[name] = value
+            elif ref["writable"]:
+                outputs[name] = (cp.empty(tuple(ref["shape"]), np.dtype(ref["dtype"])), ref["path"])
+            else:
+                host = np.fromfile(ref["path"], np.dtype(ref["dtype"]), count=int(np.prod(ref["shape"])))
+                host = host.reshape(tuple(ref["shape"]))
+                for s in sets:
+                    s[name] = cp.asarray(host)
+        temps = {}
+        for name, tmp in self.plan.temporaries.items():
+            try:
+                shape = temporary_shape(tmp, name, axes)
+            except PlanError as e:
+                raise TargetError(str(e)) from None
+            temps[name] = cp.empty(shape, numpy_dtype(tmp.dtype))
+        return sets, outputs, temps, axes
+
+    def _launches(self, axes: dict[str, int]) -> list[ResolvedLaunch]:
+        key = tuple(sorted(axes.items()))
+        if key not in self._resolved:
+            try:
+                self._resolved[key] = resolve(self.plan, self.definition, axes, self.max_threads)
+            except PlanError as e:
+                raise TargetError(str(e)) from None
+        return self._resolved[key]
+
+    # -- one call ---------------------------------------------------------------------------------
+
+    def _poison(self, outputs: dict, temps: dict) -> None:
+        arrays = [a for a, _ in outputs.values()]
+        arrays += [temps[n] for n, t in self.plan.temporaries.items() if t.init == "poison"]
+        for a in arrays:
+            if a.size == 0:
+                continue
+            if a.dtype.kind == "f":
+                a.fill(np.nan)
+            else:
+                a.view(np.uint8).fill(0xA5)
+
+    def _run(self, launches: list[ResolvedLaunch], inputs: dict, outputs: dict, temps: dict,
+             axes: dict[str, int]) -> None:
+        """The launch sequence (what the clock measures): zero-init temporaries, then every launch."""
+        for name, tmp in self.plan.temporaries.items():
+            if tmp.init == "zero" and temps[name].size:
+                temps[name].fill(0)
+        for launch in launches:
+            fn = self.functions[launch.kernel]
+            if launch.shared_bytes > _STATIC_SHARED_LIMIT and fn.max_dynamic_shared_size_bytes < launch.shared_bytes:
+                fn.max_dynamic_shared_size_bytes = launch.shared_bytes
+            args = tuple(self._arg(name, inputs, outputs, temps, axes) for name in launch.args)
+            fn(launch.grid, launch.block, args, shared_mem=launch.shared_bytes)
+
+    @staticmethod
+    def _arg(name, inputs, outputs, temps, axes):
+        if name in inputs:
+            return inputs[name]
+        if name in outputs:
+            return outputs[name][0]
+        if name in temps:
+            return temps[name]
+        return np.int64(axes[name])
+
+    def _sync(self) -> None:
+        self.cp.cuda.runtime.deviceSynchronize()  # device-wide: every stream, every grid
+
+    @staticmethod
+    def _write_back(outputs: dict) -> None:
+        for arr, path in outputs.values():
+            if arr.size == 0:
+                continue
+            host = np.memmap(path, dtype=arr.dtype, mode="r+", shape=arr.shape)
+            host[...] = arr.get()
+            host.flush()
+            del host
+
+    def call(self, refs: list[dict]) -> None:
+        """One checked call: inputs up, outputs poisoned, the launches, device synchronized, outputs down."""
+        (inputs,), outputs, temps, axes = self._bind(refs)
+        launches = self._launches(axes)
+        self._poison(outputs, temps)
+        self._sync()
+        self._run(launches, inputs, outputs, temps, axes)
+        self._sync()
+        self._write_back(outputs)
+
+    # -- timing -----------------------------------------------------------------------------------
+
+    def _summary(self, outputs: dict) -> list[float]:
+        """[non-finite count, sum of |x| over finite values] of all outputs, as the cpu worker computes it."""
+        cp = self.cp
+        bad, total = 0, 0.0
+        for arr, _ in outputs.values():
+            if arr.size == 0:
+                continue
+            if arr.dtype.kind == "f":
+                x = arr.astype(cp.float64)
+                finite = cp.isfinite(x)
+                bad += int(arr.size - int(cp.count_nonzero(finite)))
+                total += float(cp.where(finite, cp.abs(x), 0.0).sum())
+            else:
+                total += float(arr.astype(cp.float64).sum())
+        return [bad, total]
+
+    def timed(self, refs: list[dict], warmup_refs: list[dict] | None, plan) -> tuple[list[float], list[list[float]]]:
+        """Warm-up, then timed repeats per ``plan`` (a TimingPlan). Returns (times in ms, output summaries)."""
+        cp = self.cp
+        (warm_inputs,), warm_out, warm_temps, warm_axes = self._bind(warmup_refs or refs)
+        warm_launches = self._launches(warm_axes)
+        for _ in range(plan.warmup):
+            self._poison(warm_out, warm_temps)
+            self._run(warm_launches, warm_inputs, warm_out, warm_temps, warm_axes)
+        self._sync()
+        del warm_inputs, warm_out, warm_temps
+        in_bytes = sum(int(np.prod(r["shape"])) * np.dtype(r["dtype"]).itemsize
+                       for r in refs if r["kind"] == "array" and not r["writable"])
+        free, _ = cp.cuda.runtime.memGetInfo()
+        copies = max(1, min(ROTATE, int(0.5 * free) // max(in_bytes, 1)))
+        sets, outputs, temps, axes = self._bind(refs, copies)
+        launches = self._launches(axes)
+        flush_bytes = max(int(plan.flush_bytes), 2 * self.l2_bytes, 1 << 20)
+        if self._flush is None or self._flush.nbytes < flush_bytes:
+            self._flush = cp.empty(flush_bytes // 4, cp.float32)
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        times_ms: list[float] = []
+        sums: list[list[float]] = []
+        total_s = 0.0
+        while len(times_ms) < plan.max_repeats:
+            inputs = sets[len(times_ms) % len(sets)]
+            self._poison(outputs, temps)
+            self._flush.fill(float(len(times_ms)))  # evicts L2 (writes 2 x L2), outside the clock
+            self._sync()
+            start.record()
+            self._run(launches, inputs, outputs, temps, axes)
+            stop.record()
+            self._sync()  # device-wide, before the clock is read
+            dt_ms = cp.cuda.get_elapsed_time(start, stop)
+            times_ms.append(float(dt_ms))
+            sums.append(self._summary(outputs))
+            total_s += dt_ms * 1e-3
+            enough = len(times_ms) >= plan.min_repeats and total_s >= plan.min_time_s
+            out_of_time = total_s >= plan.max_time_s and len(times_ms) >= 3
+            if enough or out_of_time:
+                break
+        self._write_back(outputs)  # the last timed call's outputs: the controller verifies them
+        return times_ms, sums
