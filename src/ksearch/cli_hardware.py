@@ -73,14 +73,39 @@ def ceilings_table(spec: HardwareSpec) -> Table:
 def show(
     refresh: bool = typer.Option(False, "--refresh", help="Re-measure the ceilings even when cached."),
     as_json: bool = typer.Option(False, "--json", help="Print the spec as JSON."),
+    gpu: bool = typer.Option(False, "--gpu", help="The local NVIDIA GPU's spec only (needs CuPy and a GPU)."),
 ) -> None:
     """Print the local hardware spec: detected facts, then each measured ceiling and how it was measured."""
     err = Console(stderr=True)
+    if gpu:
+        _show_gpu(refresh, as_json, err)
+        return
     try:
         spec = None if refresh else cached_local_spec()
         if spec is None:
             with err.status("measuring ceilings (a few seconds)..."):
                 spec = load_or_measure(refresh=True)
+    except KsearchError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from exc
+    if as_json:
+        typer.echo(spec.model_dump_json(indent=2))
+        return
+    out = Console()
+    out.print(facts_table(spec))
+    out.print(ceilings_table(spec))
+    from ksearch.targets.cuda import cupy_status
+
+    if cupy_status() is None:  # a GPU is present: show its spec too
+        _show_gpu(refresh, False, err)
+
+
+def _show_gpu(refresh: bool, as_json: bool, err: Console) -> None:
+    from ksearch.hardware.gpu import load_or_measure_gpu
+
+    try:
+        with err.status("GPU: detecting and measuring ceilings (about a second)..."):
+            spec = load_or_measure_gpu(refresh=refresh)
     except KsearchError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from exc

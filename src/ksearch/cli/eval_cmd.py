@@ -12,6 +12,7 @@ from rich.console import Console
 from ksearch.errors import TaskError
 from ksearch.eval.evaluator import EvalConfig, Evaluator
 from ksearch.eval.records import Candidate
+from ksearch.eval.sandbox import Policy
 from ksearch.report.tables import ceilings_lines, evaluation_json, evaluation_table, wide_console
 from ksearch.tasks import load_task
 
@@ -30,6 +31,10 @@ def eval_command(
     flags: str = typer.Option("", help="Extra compile flags, space-separated (e.g. '-ffast-math')."),
     naive: bool = typer.Option(True, help="Also time the task's naive kernel, for speedups."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    launch: Path | None = typer.Option(None, help="Launch plan (YAML/JSON) for GPU targets; default: "
+                                       "<kernel without extension>.launch.yaml beside KERNEL (docs/cuda-target.md)."),
+    namespaces: str = typer.Option("auto", help="Sandbox namespaces: auto | no-user | off (off: the documented "
+                                   "fallback when CUDA does not initialise inside the jail)."),
 ) -> None:
     """Compile KERNEL, check it against TASK's reference on every workload, time it, compare with the naive kernel."""
     t = load_task(task)
@@ -43,9 +48,18 @@ def eval_command(
 
     if not as_json:
         console.print("[dim]hardware: loading the cached spec (first use measures the ceilings, ~10 s)…[/]")
-    hardware = load_or_measure()
+    if target == "cuda":
+        from ksearch.hardware.gpu import load_or_measure_gpu
+
+        hardware = load_or_measure_gpu()
+    else:
+        hardware = load_or_measure()
+    plan = _launch_plan(kernel, launch) if target != "cpu" else {}
+    if namespaces not in ("auto", "no-user", "off"):
+        raise TaskError(f"--namespaces must be auto, no-user or off, not {namespaces!r}")
     base = secrets.randbits(62) if seed is None else seed
-    cfg = EvalConfig(timeout_s=timeout, seeds=[base + i for i in range(seeds)])
+    cfg = EvalConfig(timeout_s=timeout, seeds=[base + i for i in range(seeds)],
+                     sandbox=Policy(namespaces=namespaces))
     with console.status("starting", spinner="dots") as status:
         def progress(msg: str) -> None:
             if not as_json:
@@ -56,7 +70,7 @@ def eval_command(
         if naive and target in t.naive_sources:
             naive_ev = ev_.measure_naive(selected)
         candidate = Candidate(target=target, sources={kernel.name: source}, entry_point=entry,
-                              compile_flags=flags.split())
+                              compile_flags=flags.split(), launch=plan)
         result = ev_.evaluate(candidate, names)
     if as_json:
         typer.echo(json.dumps(evaluation_json(result, hardware), indent=2))
@@ -71,3 +85,20 @@ def eval_command(
             out.print(line, highlight=False)
     if not result.status.passed:
         raise typer.Exit(1)
+
+
+def _launch_plan(kernel: Path, launch: Path | None) -> dict:
+    """The launch plan for a GPU kernel file: ``launch``, else ``<kernel stem>.launch.yaml`` beside it, else {}
+    (the target then reports the missing plan). Raises TaskError for an unreadable or malformed file."""
+    import yaml
+
+    path = launch or kernel.with_name(kernel.name.rsplit(".", 1)[0] + ".launch.yaml")
+    if launch is None and not path.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise TaskError(f"cannot read launch plan {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise TaskError(f"launch plan {path} must hold one mapping (launches, temporaries)")
+    return data
