@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ksearch.errors import TaskError
 from ksearch.tasks.definition import Definition, _compile_expr, eval_expr
 
-Expr = Union[int, str]
+RawExpr = Union[int, str]
 
 #: NVRTC options a candidate may add (prefix match); everything else is refused
 ALLOWED_FLAG_PREFIXES = ("-D", "--define-macro=", "--use_fast_math", "-use_fast_math", "--maxrregcount=",
@@ -24,12 +24,16 @@ ALLOWED_FLAG_PREFIXES = ("-D", "--define-macro=", "--use_fast_math", "-use_fast_
                          "-prec-div=", "--prec-sqrt=", "-prec-sqrt=", "--fmad=", "-fmad=", "-U")
 
 
-def _check_expr(v: Expr) -> Expr:
+def _check_expr(v: RawExpr) -> RawExpr:
     if isinstance(v, bool):
         raise ValueError(f"{v!r} is not an integer or an expression")
     if isinstance(v, str):
         _compile_expr(v)  # raises ValueError naming what is wrong
     return v
+
+
+#: an integer, or an expression over the task's axes (checked when the plan is parsed)
+Expr = Annotated[RawExpr, AfterValidator(_check_expr)]
 
 
 class Temporary(BaseModel):
@@ -43,10 +47,6 @@ class Temporary(BaseModel):
     shape: list[Expr] = Field(min_length=1)
     init: Literal["poison", "zero"] = "poison"
 
-    @field_validator("shape")
-    @classmethod
-    def _exprs(cls, v: list[Expr]) -> list[Expr]:
-        return [_check_expr(x) for x in v]
 
 
 class Launch(BaseModel):
@@ -62,22 +62,8 @@ class Launch(BaseModel):
     block: list[Expr] = Field(min_length=1, max_length=3)
     shared_bytes: Expr = 0
     args: list[str] | None = None
-    when: str | None = None
+    when: Annotated[str, AfterValidator(_check_expr)] | None = None
 
-    @field_validator("grid", "block")
-    @classmethod
-    def _dims(cls, v: list[Expr]) -> list[Expr]:
-        return [_check_expr(x) for x in v]
-
-    @field_validator("shared_bytes")
-    @classmethod
-    def _shared(cls, v: Expr) -> Expr:
-        return _check_expr(v)
-
-    @field_validator("when")
-    @classmethod
-    def _when(cls, v: str | None) -> str | None:
-        return _check_expr(v) if v is not None else v
 
 
 class LaunchPlan(BaseModel):
