@@ -38,3 +38,8 @@ def c_compiler() -> str:
 
 def cxx_compiler() -> str:
     return os.environ.get("CXX") or "c++"
+
+
+def python_path() -> list[str]:
+    """Entries of this process's PYTHONPATH (passed on to evaluation workers, which need the same packages)."""
+    return [p for p in (os.environ.get("PYTHONPATH") or "").split(os.pathsep) if p]

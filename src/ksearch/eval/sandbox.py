@@ -102,7 +102,8 @@ def scrubbed_env(home: Path, gpu: bool = False) -> dict[str, str]:
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     # the worker must import ksearch the way this process did (installed, or from a source checkout)
     src = Path(__file__).resolve().parents[2]
-    env["PYTHONPATH"] = str(src)
+    # ... and find the same third-party packages (a PYTHONPATH of the parent's, e.g. wheels carried to a machine)
+    env["PYTHONPATH"] = os.pathsep.join([str(src), *config.python_path()])
     return env
 
 
