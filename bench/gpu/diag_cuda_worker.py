@@ -54,5 +54,36 @@ def main():
         traceback.print_exc()
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and "--workers" not in sys.argv:
     main()
+
+
+def workers():
+    """The naive CUDA kernel loaded and called by real workers under each sandbox setting."""
+    import json
+
+    from ksearch.eval.records import Candidate
+    from ksearch.eval.sandbox import Policy, Worker
+    from ksearch.targets.cuda import CudaTarget
+    from ksearch.tasks import load_task
+
+    t = load_task("selective-scan-fp16")
+    c = Candidate(target="cuda", sources={"kernel.cu": t.naive_sources["cuda"]}, launch=t.naive_launch["cuda"])
+    built = CudaTarget().compile(c, t.definition)
+    for ns in ("off", "auto"):
+        for sec in (False, True):
+            scratch = Path(tempfile.mkdtemp())
+            w = Worker(scratch, Policy(namespaces=ns, seccomp=sec, gpu=True), readable=[built.artifact.parent])
+            try:
+                r = w.request({"op": "load", "target": "cuda", "artifact": str(built.artifact),
+                               "candidate": c.model_dump(mode="json"),
+                               "definition": t.definition.model_dump(mode="json"), "id": None}, 120)
+                print(f"namespaces={ns} seccomp={sec}: {json.dumps(r)[:300]}")
+            except Exception as e:
+                print(f"namespaces={ns} seccomp={sec}: {type(e).__name__}: {e}")
+            print("   stderr:", w.stderr_tail()[-1500:].replace("\n", "\n   "))
+            w.close()
+
+
+if __name__ == "__main__" and "--workers" in sys.argv:
+    workers()

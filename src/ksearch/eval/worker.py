@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+import traceback
 
 
 def _poison(arr) -> None:
@@ -205,6 +206,7 @@ def _main() -> int:
             else:
                 reply({"ok": False, "error": f"unknown op {op!r}"})
         except Exception as e:  # infrastructure or loading problems: reported, the controller decides
+            traceback.print_exc()  # into the worker's stderr file, for whoever debugs the target
             reply({"ok": False, "error": f"{type(e).__name__}: {e}"})
     return 0
 
