@@ -235,7 +235,11 @@ class Evaluator:
             path.touch()
         policy = self.config.sandbox
         if self.target.name == "cuda" and not policy.gpu:  # the worker must reach the GPU's device nodes
-            policy = policy.model_copy(update={"gpu": True})
+            # Measured on the H200 (2026-11-29, bench/gpu/diag_cuda_worker.py --workers): CUDA initialises
+            # only with the namespaces off AND seccomp off (either one alone gives cudaErrorOperatingSystem
+            # at cudaGetDevice). Until the jail learns what the driver needs, GPU workers run with rlimits, a
+            # scrubbed environment, no capabilities and no new privileges only (docs/evaluation.md).
+            policy = policy.model_copy(update={"gpu": True, "namespaces": "off", "seccomp": False})
         if policy.cpu_s is None:
             policy = policy.model_copy(update={"cpu_s": self._cpu_limit_s(n_workloads)})
         return Worker(scratch, policy, writable=outs, readable=[Path(artifact).parent])
