@@ -163,3 +163,19 @@ def test_warp_lanes_reduce_scatter_leaves_token_r_in_lane_r(lanes):
         p = [[(p[r][i + m] if r & m else p[r][i]) + send[r ^ m][i] for i in range(m)] + p[r][m:] for r in range(lanes)]
         m //= 2
     np.testing.assert_allclose([p[r][0] for r in range(lanes)], want, rtol=1e-12)
+
+
+def test_gpu_bench_kernels_file_matches_the_packs():
+    """bench/gpu/selective_scan_kernels.json (used on the device when ksearch cannot be imported there) is the
+    packs' current rendering: refresh with `python bench/gpu/selective_scan_h200.py --render`."""
+    import json
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "gpu"
+    sys.path.insert(0, str(bench))
+    try:
+        import selective_scan_h200 as b
+    finally:
+        sys.path.remove(str(bench))
+    assert json.loads(b.KERNELS_FILE.read_text()) == json.loads(json.dumps(b.render_all()))
