@@ -361,6 +361,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=30, help="timed repeats of the fast kernels")
     ap.add_argument("--slow-budget-s", type=float, default=4.0, help="seconds per slow baseline per shape")
     ap.add_argument("--build-timeout-s", type=float, default=330.0)
+    ap.add_argument("--candidate", action="append", default=[],
+                    help="a searched kernel to time beside the others: a run's best/candidate.json (repeatable)")
     ap.add_argument("--render", action="store_true", help=f"only render the pack kernels into {KERNELS_FILE.name}")
     args = ap.parse_args(argv)
     if args.render:
@@ -404,7 +406,13 @@ def main(argv=None) -> int:
     say(f"ceilings: {ceil['exp_per_s'] / 1e12:.2f} T exp/s, copy {ceil['copy_bytes_per_s'] / 1e12:.2f} TB/s, {ceil['sms']} SMs")
 
     kernels, kernel_origin = load_kernels()
-    say(f"kernels: {kernel_origin}")
+    for path in args.candidate:  # kernels found by `ksearch run --target cuda`, timed like the pack's
+        cand = json.loads(Path(path).read_text())
+        kernels["cuda"].insert(0, {"label": f"searched {cand.get('node_id') or Path(path).parent.parent.name}",
+                                   "source": next(iter(cand["sources"].values())), "launch": cand["launch"],
+                                   "compile_flags": cand.get("compile_flags", []), "choices": cand.get("meta", {}).get("choices"),
+                                   "knobs": cand.get("meta", {}).get("knobs"), "hash": "searched"})
+    say(f"kernels: {kernel_origin}" + (f" + {len(args.candidate)} searched" if args.candidate else ""))
     impls: dict = {}
     status: dict = {}
     for spec in kernels["cuda"]:
