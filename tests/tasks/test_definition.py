@@ -130,3 +130,69 @@ def test_expressions_are_arithmetic_only():
             eval_expr(bad, {"a": 1})
     with pytest.raises(TaskError, match="axes"):
         eval_expr("unknown + 1", {"a": 1})
+
+
+def test_expressions_that_fail_on_their_values_are_task_errors():
+    assert eval_expr("2 ** a + a ** 0.5", {"a": 4}) == 18
+    for bad in ("a / (a - 1)", "9 ** 9 ** 9", "log2(a - 1)", "ceil()"):  # 9**9**9 would run for minutes
+        with pytest.raises(TaskError, match="fails for"):
+            eval_expr(bad, {"a": 1})
+
+
+def _task_dir(tmp_path, extra_workload: dict | None = None, mutate=None):
+    """A copy of the built-in selective-scan task, with one more workload line and/or a changed definition."""
+    import shutil
+
+    import yaml
+
+    from ksearch.tasks.loader import _BUILTIN_ROOT
+
+    d = tmp_path / "task"
+    shutil.copytree(str(_BUILTIN_ROOT / "selective-scan"), d)
+    if extra_workload is not None:
+        with open(d / "workloads.jsonl", "a") as f:
+            f.write(json.dumps(extra_workload) + "\n")
+    if mutate is not None:
+        data = yaml.safe_load((d / "definition.yaml").read_text())
+        mutate(data)
+        (d / "definition.yaml").write_text(yaml.safe_dump(data))
+    return d
+
+
+AXES = {"batch": 1, "dim": 4, "dstate": 4, "seqlen": 8}
+
+
+@pytest.mark.parametrize("workload, match", [
+    ({"name": "neg", "axes": {**AXES, "dim": -4}}, "dim=-4; 'selective-scan' allows in \\[1, 4096\\]"),
+    ({"name": "big", "axes": {**AXES, "batch": 100000}}, "batch=100000; 'selective-scan' allows in \\[1, 8\\]"),
+    ({"name": "tiny", "axes": {**AXES, "dim": 8}}, "two workloads named 'tiny'"),
+    ({"name": "typo", "axes": AXES, "inputs": {"uu": {"type": "random"}}}, "gives input 'uu', which"),
+    ({"name": "sc", "axes": AXES, "inputs": {"u": {"type": "scalar", "value": 3}}}, "a scalar for input 'u'"),
+])
+def test_workloads_that_break_the_definition_are_refused_at_load(tmp_path, workload, match):
+    with pytest.raises(TaskError, match=match):
+        load_task(_task_dir(tmp_path, workload))
+
+
+def test_definition_ranges_const_axes_and_cost_expressions_are_checked(tmp_path):
+    with pytest.raises(TaskError, match="min 9 is above max 8"):
+        load_task(_task_dir(tmp_path, mutate=lambda d: d["axes"]["batch"].update(min=9)))
+    with pytest.raises(TaskError, match="cost"):
+        load_task(_task_dir(tmp_path / "b", mutate=lambda d: d["cost"].update(flops="batch *")))
+    d = Definition.model_validate({**FIB_DEFINITION, "cost": {"flops": "batch_size / (page_size - 1)"}})
+    w = Workload(axes={"batch_size": 2, "num_pages": 10, "len_indptr": 3, "num_kv_indices": 10})
+    with pytest.raises(TaskError, match="ZeroDivisionError"):
+        d.cost_of(w)
+    with pytest.raises(TaskError, match="fixes it at 32"):
+        d.axis_values(w.model_copy(update={"axes": {**w.axes, "num_qo_heads": 16}}))
+
+
+def test_a_task_without_workloads_cannot_be_selected_from(tmp_path):
+    d = _task_dir(tmp_path)
+    (d / "workloads.jsonl").unlink()
+    t = load_task(d)
+    assert t.workloads == []
+    with pytest.raises(TaskError, match="has no workloads"):
+        t.select(None)
+    with pytest.raises(TaskError, match="has no workloads"):
+        load_task(d / "definition.yaml").select(None)

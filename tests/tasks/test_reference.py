@@ -80,3 +80,15 @@ def test_reference_output_magnitude_is_not_trivial(task):
     out = run_reference(t.definition, make_inputs(t.definition, w, 3))
     tol = t.definition.tolerance_for(t.definition.outputs["out"].dtype)
     assert np.mean(np.abs(out["out"])) > 50 * tol.atol
+
+
+def test_an_input_too_large_to_allocate_is_a_task_error():
+    from ksearch.errors import TaskError
+    from ksearch.tasks.definition import Definition, Workload
+
+    d = Definition.model_validate({"name": "huge", "axes": {"n": {"type": "var"}},
+                                   "inputs": {"x": {"shape": ["n", "n", "n"], "dtype": "float32"}},
+                                   "outputs": {"y": {"shape": ["n"], "dtype": "float32"}},
+                                   "reference": "def run(x):\n    return x[0, 0]\n"})
+    with pytest.raises(TaskError, match="does not fit in memory"):
+        make_inputs(d, Workload(name="w", axes={"n": 1 << 20}), 0)

@@ -72,9 +72,15 @@ class VarAxis(_Record):
 
     type: Literal["var"]
     description: str | None = None
-    #: ksearch extension: valid range, used to draw hidden workloads.
-    min: int | None = None
-    max: int | None = None
+    #: ksearch extension: valid range (inclusive), checked on every workload and used to draw hidden ones.
+    min: int | None = Field(default=None, ge=0)
+    max: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _range_in_order(self) -> "VarAxis":
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min {self.min} is above max {self.max}")
+        return self
 
 
 Axis = Annotated[Union[ConstAxis, VarAxis], Field(discriminator="type")]
@@ -129,6 +135,13 @@ class CostModel(_Record):
     flops: str = "0"
     transcendentals: str = "0"
 
+    @model_validator(mode="after")
+    def _expressions_compile(self) -> "CostModel":
+        for expr in (self.bytes, self.flops, self.transcendentals):
+            if expr is not None:
+                _compile_expr(expr)
+        return self
+
 
 class Definition(_Record):
     """What to compute. Field names and meaning as in flashinfer-bench's Definition."""
@@ -176,19 +189,46 @@ class Definition(_Record):
         """All axis values (const and var) for a workload, in definition order.
 
         Raises:
-            TaskError: a var axis is missing from the workload, or a constraint does not hold.
+            TaskError: a var axis is missing from the workload or outside its range (negative, or outside the
+                axis' ``min``/``max``), a const axis given another value, or a constraint does not hold.
         """
         values: dict[str, int] = {}
         for name, ax in self.axes.items():
+            given = workload.axes.get(name)
             if isinstance(ax, ConstAxis):
+                if given is not None and given != ax.value:
+                    raise TaskError(f"workload {workload.label!r} gives {name}={given}, but {self.name!r} fixes it "
+                                    f"at {ax.value}")
                 values[name] = ax.value
-            elif name in workload.axes:
-                values[name] = int(workload.axes[name])
-            else:
+                continue
+            if given is None:
                 raise TaskError(f"workload {workload.label!r} gives no value for var axis {name!r} of {self.name!r}")
+            lo = 0 if ax.min is None else ax.min
+            if given < lo or (ax.max is not None and given > ax.max):
+                allowed = f">= {lo}" if ax.max is None else f"in [{lo}, {ax.max}]"
+                raise TaskError(f"workload {workload.label!r} gives {name}={given}; {self.name!r} allows {allowed}")
+            values[name] = int(given)
         for expr in self.constraints:
             if not eval_expr(expr, values):
                 raise TaskError(f"workload {workload.label!r} breaks constraint {expr!r} of {self.name!r} ({values})")
+        return values
+
+    def check_workload(self, workload: "Workload") -> dict[str, int]:
+        """`axis_values`, and the workload's ``inputs`` name inputs of this definition, a scalar only for a scalar
+        input. Returns the axis values.
+
+        Raises:
+            TaskError: as `axis_values`, or an input the definition does not have, or a scalar for an array.
+        """
+        values = self.axis_values(workload)
+        for name, how in workload.inputs.items():
+            spec = self.inputs.get(name)
+            if spec is None:
+                raise TaskError(f"workload {workload.label!r} gives input {name!r}, which {self.name!r} does not "
+                                f"have; its inputs: {list(self.inputs)}")
+            if isinstance(how, ScalarInput) and spec.shape is not None:
+                raise TaskError(f"workload {workload.label!r} gives a scalar for input {name!r}, an array of shape "
+                                f"{spec.shape}")
         return values
 
     def shape_of(self, spec: TensorSpec, axis_values: dict[str, int]) -> tuple[int, ...] | None:
@@ -280,6 +320,29 @@ _ALLOWED_NODES = (
 _ALLOWED_CALLS = {"min": min, "max": max, "abs": abs, "ceil": math.ceil, "floor": math.floor, "log2": math.log2}
 
 
+#: largest integer power an expression may compute, in bits (``9**9**9`` would take minutes and gigabytes)
+_MAX_POW_BITS = 4096
+
+
+def _pow(base, exponent):
+    """``base ** exponent``, refusing integer powers of more than `_MAX_POW_BITS` bits."""
+    if isinstance(base, int) and isinstance(exponent, int) and abs(base) > 1 and exponent > 0 \
+            and exponent * math.log2(abs(base)) > _MAX_POW_BITS:
+        raise OverflowError(f"{base} ** {exponent} has more than {_MAX_POW_BITS} bits")
+    return base ** exponent
+
+
+class _BoundedPow(ast.NodeTransformer):
+    """Rewrites ``a ** b`` as ``_pow(a, b)``."""
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Pow):
+            call = ast.Call(func=ast.Name("_pow", ast.Load()), args=[node.left, node.right], keywords=[])
+            return ast.copy_location(call, node)
+        return node
+
+
 def _compile_expr(expr: str):
     try:
         tree = ast.parse(expr, mode="eval")
@@ -290,6 +353,7 @@ def _compile_expr(expr: str):
             raise ValueError(f"expression {expr!r} uses {type(node).__name__}, which is not allowed")
         if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in _ALLOWED_CALLS):
             raise ValueError(f"expression {expr!r} calls something other than {sorted(_ALLOWED_CALLS)}")
+    tree = ast.fix_missing_locations(_BoundedPow().visit(tree))
     return compile(tree, "<expr>", "eval")
 
 
@@ -297,13 +361,16 @@ def eval_expr(expr: str, values: dict[str, Any]) -> Any:
     """Evaluate an arithmetic/comparison expression over axis values (no attribute access, no imports).
 
     Raises:
-        TaskError: the expression is malformed or names an unknown axis.
+        TaskError: the expression is malformed, names an unknown axis, or fails on these values (division by
+            zero, an integer power beyond `_MAX_POW_BITS` bits, a bad argument to a function).
     """
     try:
         code = _compile_expr(expr)
     except ValueError as e:
         raise TaskError(str(e)) from None
     try:
-        return eval(code, {"__builtins__": {}}, {**_ALLOWED_CALLS, **values})  # noqa: S307 - AST-checked
+        return eval(code, {"__builtins__": {}}, {**_ALLOWED_CALLS, **values, "_pow": _pow})  # noqa: S307 - AST-checked
     except NameError as e:
         raise TaskError(f"expression {expr!r}: {e} (axes: {sorted(values)})") from None
+    except (ArithmeticError, TypeError, ValueError) as e:
+        raise TaskError(f"expression {expr!r} fails for {values}: {type(e).__name__}: {e}") from None

@@ -66,7 +66,8 @@ def make_inputs(definition: Definition, workload: Workload, seed: int) -> dict[s
         name -> array of the input's concrete shape (axes substituted) and storage dtype, or a Python scalar.
 
     Raises:
-        TaskError: an input the workload gives in a form not supported yet (safetensors), or a bad dtype.
+        TaskError: an input the workload gives in a form not supported yet (safetensors), a bad dtype, or an
+            input too large to allocate.
     """
     axes = definition.axis_values(workload)
     out: dict[str, np.ndarray | float | int] = {}
@@ -86,7 +87,11 @@ def make_inputs(definition: Definition, workload: Workload, seed: int) -> dict[s
         if shape is None:
             out[name] = _draw(rng, dist, ()).item()
             continue
-        values = _draw(rng, dist, shape)
+        try:
+            values = _draw(rng, dist, shape)
+        except MemoryError:
+            raise TaskError(f"input {name!r} of workload {workload.label!r} ({shape}, {spec.dtype}) does not fit "
+                            "in memory") from None
         if spec.dtype == "bfloat16":
             out[name] = bf16_from_f32(values)
         else:

@@ -52,7 +52,14 @@ class Task:
         raise TaskError(f"task {self.name!r} has no workload {name!r}; known: {[w.label for w in self.workloads]}")
 
     def select(self, names: list[str] | None) -> list[Workload]:
-        """The named workloads in the order given, or all of them when ``names`` is None/empty."""
+        """The named workloads in the order given, or all of them when ``names`` is None/empty.
+
+        Raises:
+            TaskError: an unknown name, or a task without workloads (nothing to check a kernel on).
+        """
+        if not self.workloads:
+            raise TaskError(f"task {self.name!r} ({self.origin}) has no workloads: put a workloads.jsonl (one "
+                            "workload per line) beside its definition")
         return [self.workload(n) for n in names] if names else list(self.workloads)
 
 
@@ -146,9 +153,20 @@ def _load_dir(d, origin: str) -> Task:
             raise TaskError(f"{origin}: baseline {bname!r} file {rel!r} not found")
         baselines[bname] = f.read_text()
     task = Task(definition, workloads, naive, origin, baselines, launches)
-    for w in workloads:
-        definition.axis_values(w)  # every workload must satisfy the axes and constraints
+    _check_workloads(definition, workloads)
     return task
+
+
+def _check_workloads(definition: Definition, workloads: list[Workload]) -> None:
+    """Every workload must satisfy the definition (`Definition.check_workload`) and have a name and uuid of its
+    own (``-w NAME`` must pick one workload)."""
+    seen: set[str] = set()
+    for w in workloads:
+        definition.check_workload(w)
+        for key in {w.name, w.uuid} - {None}:
+            if key in seen:
+                raise TaskError(f"task {definition.name!r} has two workloads named {key!r}")
+            seen.add(key)
 
 
 def load_task(name_or_path: str | Path, workloads: str | Path | None = None) -> Task:
@@ -174,6 +192,5 @@ def load_task(name_or_path: str | Path, workloads: str | Path | None = None) -> 
             raise TaskError(f"no task {name!r}: not a built-in ({', '.join(builtin_names())}) nor a file or directory")
     if workloads is not None:
         task.workloads = load_workloads(workloads)
-        for w in task.workloads:
-            task.definition.axis_values(w)
+        _check_workloads(task.definition, task.workloads)
     return task
