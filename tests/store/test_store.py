@@ -43,3 +43,82 @@ def test_missing_and_foreign_files(tmp_path):
     s.close()
     with pytest.raises(StoreError, match="newer ksearch"):
         Store(tmp_path / "new.sqlite")
+
+
+def test_an_sqlite_file_of_another_program_is_refused_and_left_untouched(tmp_path):
+    path = tmp_path / "other.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE notes (x)")
+    con.commit()
+    con.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="not a ksearch run store"):
+        Store(path)
+    assert path.read_bytes() == before
+
+
+def _store_with_a_step(path):
+    s = Store(path, create=True)
+    s.create_run("r1", "t", "cpu", {"task": "t", "budget": 3}, {}, None)
+    c = Candidate(target="cpu", sources={"k.c": "x"})
+    s.record_step(c, Evaluation(candidate_id=c.id, task="t", target="cpu", status=Status.PASSED), 2.0, "{}", "{}",
+                  None)
+    s.put_baseline("final", "side-by-side", {"x": 1})
+    s.close()
+    return c
+
+
+@pytest.mark.parametrize("damage, read", [
+    ("UPDATE evaluations SET evaluation_json = '{not json'", lambda s, c: s.evaluations()),
+    ("UPDATE evaluations SET evaluation_json = '{\"status\": \"SOMETIMES\"}'", lambda s, c: s.evaluation_of(c.id)),
+    ("UPDATE candidates SET candidate_json = '[]'", lambda s, c: s.candidate(c.id)),
+    ("UPDATE runs SET config_json = '[1]'", lambda s, c: s.run()),
+    ("UPDATE baselines SET result_json = 'nan nan'", lambda s, c: s.baseline("final")),
+])
+def test_reads_of_a_damaged_store_are_store_errors(tmp_path, damage, read):
+    c = _store_with_a_step(tmp_path / "r.sqlite")
+    con = sqlite3.connect(tmp_path / "r.sqlite")
+    con.execute(damage)
+    con.commit()
+    con.close()
+    s = Store(tmp_path / "r.sqlite")
+    with pytest.raises(StoreError, match="r.sqlite cannot be read"):
+        read(s, c)
+
+
+def test_a_store_missing_a_table_is_refused(tmp_path):
+    _store_with_a_step(tmp_path / "r.sqlite")
+    con = sqlite3.connect(tmp_path / "r.sqlite")
+    con.execute("DROP TABLE evaluations")
+    con.commit()
+    con.close()
+    with pytest.raises(StoreError, match="tables \\['evaluations'\\] are missing"):
+        Store(tmp_path / "r.sqlite")
+
+
+def test_list_runs_newest_first_with_unreadable_and_killed_runs(tmp_path, monkeypatch):
+    import fcntl
+
+    from ksearch.store.runs import list_runs, run_dir
+
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path))
+
+    for run_id, created in (("zz-old", "2026-01-01T00:00:00+00:00"), ("aa-new", "2026-02-01T00:00:00+00:00"),
+                            ("mm-held", "2026-01-15T00:00:00+00:00")):
+        s = Store(run_dir(run_id) / "run.sqlite", create=True)
+        s.create_run(run_id, "t", "cpu", {}, {}, None)
+        s.db.execute("UPDATE runs SET created_at = ?", (created,))
+        s.close()
+    run_dir("broken").mkdir()
+    (run_dir("broken") / "run.sqlite").write_bytes(b"garbage" * 1000)
+    held = open(run_dir("mm-held") / "lock", "w")
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a process working on it
+    try:
+        listed = list_runs()
+    finally:
+        held.close()
+    rows = {r["id"]: r for r in listed}
+    assert [r["id"] for r in listed] == ["aa-new", "mm-held", "zz-old", "broken"]
+    assert rows["mm-held"]["status"] == "running"
+    assert rows["zz-old"]["status"] == "stopped"  # marked running, but no process holds its lock: killed
+    assert rows["broken"]["status"] == "unreadable" and "not a usable" in rows["broken"]["error"]

@@ -136,7 +136,11 @@ def runs_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."))
         best = r.get("best_score")
         t.add_row(r["id"], r.get("task", ""), r.get("target", ""), r.get("status", ""), str(r.get("evaluations", "")),
                   "—" if best is None else f"{best:.2f}x", r.get("updated_at", ""))
-    wide_console().print(t)
+    out = wide_console()
+    out.print(t)
+    for r in rows:
+        if r.get("error"):
+            out.print(f"{r['id']}: {r['error']}", highlight=False, markup=False)
 
 
 def show_command(

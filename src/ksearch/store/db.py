@@ -13,6 +13,7 @@ evaluation was committed is never evaluated again.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -71,9 +72,32 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("001_initial", _m001_initial),
 ]
 
+#: the tables every migrated store has
+TABLES = ("runs", "candidates", "evaluations", "snapshots", "edits", "baselines")
+
+
+def _reads(method):
+    """A read of the store: what a damaged file raises on the way (an SQLite error, JSON or a record that does
+    not decode; pydantic's ValidationError is a ValueError) becomes a StoreError naming the file."""
+
+    @functools.wraps(method)
+    def read(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (sqlite3.DatabaseError, ValueError) as e:
+            detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise StoreError(f"{self.path} cannot be read ({method.__name__}): {detail}") from None
+
+    return read
+
 
 class Store:
-    """Access to one run's SQLite file. Raises StoreError for a missing, locked or foreign file."""
+    """Access to one run's SQLite file.
+
+    Raises StoreError for a missing, locked, damaged or foreign file (an SQLite file that is not a run store is
+    refused before anything is written to it); the read methods raise StoreError when what they read does
+    not decode.
+    """
 
     def __init__(self, path: Path, create: bool = False):
         self.path = Path(path)
@@ -82,12 +106,26 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path} is not a usable ksearch run store: {e}") from None
+        try:
+            tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not create and "migrations" not in tables:
+                raise StoreError(f"{self.path} is not a ksearch run store (an SQLite file without its tables)")
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
+            tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            missing = [t for t in TABLES if t not in tables]
+            if missing:
+                raise StoreError(f"{self.path} is damaged: tables {missing} are missing")
         except sqlite3.DatabaseError as e:
+            self.db.close()
             raise StoreError(f"{self.path} is not a usable ksearch run store: {e}") from None
+        except StoreError:
+            self.db.close()
+            raise
 
     def _migrate(self) -> None:
         self.db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
@@ -124,6 +162,7 @@ class Store:
                        (run_id, _now(), _now(), task, target, "running", json.dumps(config),
                         json.dumps(environment), json.dumps(hardware) if hardware else None))
 
+    @_reads
     def run(self) -> dict[str, Any]:
         row = self.db.execute("SELECT id, created_at, updated_at, task, target, status, config_json, "
                               "environment_json, hardware_json FROM runs").fetchone()
@@ -133,7 +172,14 @@ class Store:
         out = dict(zip(keys, row))
         for k in ("config", "environment", "hardware"):
             out[k] = json.loads(out[k]) if out[k] else None
+        if not isinstance(out["config"], dict):
+            raise ValueError(f"the run's configuration is {out['config']!r}, not an object")
         return out
+
+    @_reads
+    def best_score(self) -> float | None:
+        """The highest score of a passing evaluation, or None."""
+        return self.db.execute("SELECT MAX(score) FROM evaluations WHERE status = 'PASSED'").fetchone()[0]
 
     def set_status(self, status: str) -> None:
         with self.transaction() as db:
@@ -145,26 +191,31 @@ class Store:
         with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO baselines VALUES (?,?,?,?)", (name, _now(), kind, json.dumps(result)))
 
+    @_reads
     def baseline(self, name: str) -> dict | None:
         row = self.db.execute("SELECT result_json FROM baselines WHERE name = ?", (name,)).fetchone()
         return json.loads(row[0]) if row else None
 
     # -- candidates and evaluations -----------------------------------------------------------------
 
+    @_reads
     def candidate(self, candidate_id: str) -> Candidate | None:
         row = self.db.execute("SELECT candidate_json FROM candidates WHERE id = ?", (candidate_id,)).fetchone()
         return Candidate.model_validate_json(row[0]) if row else None
 
+    @_reads
     def evaluation_of(self, candidate_id: str) -> Evaluation | None:
         row = self.db.execute("SELECT evaluation_json FROM evaluations WHERE candidate_id = ?",
                               (candidate_id,)).fetchone()
         return Evaluation.model_validate_json(row[0]) if row else None
 
+    @_reads
     def evaluations(self) -> list[tuple[int, str | None, Evaluation]]:
         """(seq, node_id, evaluation) in order."""
         return [(seq, node, Evaluation.model_validate_json(js)) for seq, node, js in
                 self.db.execute("SELECT seq, node_id, evaluation_json FROM evaluations ORDER BY seq")]
 
+    @_reads
     def evaluation_count(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
 
@@ -200,16 +251,19 @@ class Store:
             db.execute("INSERT INTO edits (created_at, snapshot_seq, source, edit_json, accepted, reason) "
                        "VALUES (?,?,?,?,?,?)", (_now(), seq, source, edit_json, int(accepted), reason))
 
+    @_reads
     def latest_snapshot(self) -> tuple[int, str, str] | None:
         """(seq, tree JSON, state JSON) of the newest snapshot, or None."""
         row = self.db.execute("SELECT seq, tree_json, state_json FROM snapshots ORDER BY seq DESC LIMIT 1").fetchone()
         return tuple(row) if row else None
 
+    @_reads
     def decisions(self) -> list[dict]:
         """The strategy's decisions in order (from the snapshots of each evaluation)."""
         return [json.loads(r[0]) for r in
                 self.db.execute("SELECT decision_json FROM snapshots WHERE decision_json IS NOT NULL ORDER BY seq")]
 
+    @_reads
     def edit_log(self) -> list[dict]:
         return [{"seq": s, "source": src, "edit": json.loads(e), "accepted": bool(a), "reason": r}
                 for s, src, e, a, r in self.db.execute(

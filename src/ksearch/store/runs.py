@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import re
 import secrets
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,8 +20,10 @@ def runs_dir() -> Path:
 
 
 def new_run_id(task: str) -> str:
-    """``<task>-<UTC date and time>-<4 hex>``, e.g. ``selective-scan-20261129-214500-a3f2``."""
-    return f"{task}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    """``<task>-<UTC date and time>-<4 hex>``, e.g. ``selective-scan-20261129-214500-a3f2``; characters of the
+    task name that do not belong in a directory name (``/``, spaces, ...) become ``-``."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", task).strip("-.") or "task"
+    return f"{name}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
 def run_dir(run_id: str) -> Path:
@@ -49,25 +53,43 @@ def open_run(run: str) -> Store:
 
 
 def list_runs() -> list[dict]:
-    """Every run's summary row (id, task, target, status, evaluations, best score, dates), newest first."""
+    """Every run's summary row, newest first: id (its directory's name, what `open_run` takes), task, target,
+    status, evaluations, best score, dates. A run marked ``running`` whose lock no process holds was killed:
+    its status reads ``stopped`` (`ksearch resume` continues it). A run whose store cannot be read has status
+    ``unreadable`` and the reason in ``error``."""
     rows = []
-    for d in sorted(runs_dir().iterdir(), reverse=True):
+    for d in runs_dir().iterdir():
         f = d / "run.sqlite"
         if not f.is_file():
             continue
         try:
             store = Store(f)
         except StoreError as e:
-            rows.append({"id": d.name, "status": f"unreadable: {e}"})
+            rows.append({"id": d.name, "status": "unreadable", "error": str(e)})
             continue
         try:
             info = store.run()
-            best = store.db.execute("SELECT MAX(score) FROM evaluations WHERE status = 'PASSED'").fetchone()[0]
-            rows.append({"id": info["id"], "task": info["task"], "target": info["target"], "status": info["status"],
-                         "evaluations": store.evaluation_count(), "best_score": best,
+            status = info["status"]
+            if status == "running" and not _locked(d):
+                status = "stopped"
+            rows.append({"id": d.name, "task": info["task"], "target": info["target"], "status": status,
+                         "evaluations": store.evaluation_count(), "best_score": store.best_score(),
                          "created_at": info["created_at"], "updated_at": info["updated_at"]})
         except StoreError as e:
-            rows.append({"id": d.name, "status": f"unreadable: {e}"})
+            rows.append({"id": d.name, "status": "unreadable", "error": str(e)})
         finally:
             store.close()
+    rows.sort(key=lambda r: (r.get("created_at") or "", r["id"]), reverse=True)
     return rows
+
+
+def _locked(directory: Path) -> bool:
+    """Whether a process holds the run's ``lock`` (taken by `ksearch.search.session` while it works on the run)."""
+    try:
+        with open(directory / "lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
