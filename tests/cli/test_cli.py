@@ -52,3 +52,27 @@ def test_user_errors_are_one_line_not_tracebacks(tmp_path):
         p = subprocess.run([sys.executable, "-m", "ksearch", *args], capture_output=True, text=True, timeout=120)
         assert p.returncode == 2, (args, p.stderr)
         assert "error:" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_damaged_runs_are_one_line_errors_and_listed_as_unreadable(tmp_path):
+    import os
+    import sqlite3
+
+    from ksearch.store.db import Store
+
+    env = dict(os.environ, KSEARCH_HOME=str(tmp_path))
+    for run_id, damage in (("r-json", "UPDATE snapshots SET tree_json = '{\"nodes\": 3}'"),
+                           ("r-table", "DROP TABLE evaluations")):
+        s = Store(tmp_path / "runs" / run_id / "run.sqlite", create=True)
+        s.create_run(run_id, "selective-scan", "cpu", {"task": "selective-scan"}, {}, None)
+        s.record_snapshot("{}", "{}")
+        s.db.execute(damage)
+        s.close()
+    for args in (["show", "r-json"], ["resume", "r-json"], ["show", "r-table"], ["resume", "r-table"]):
+        p = subprocess.run([sys.executable, "-m", "ksearch", *args], capture_output=True, text=True, env=env,
+                           timeout=120)
+        assert p.returncode == 2 and "error:" in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+    p = subprocess.run([sys.executable, "-m", "ksearch", "runs", "list", "--json"], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert {r["id"]: r["status"] for r in json.loads(p.stdout)} == {"r-json": "interrupted", "r-table": "unreadable"}

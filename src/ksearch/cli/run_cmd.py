@@ -149,13 +149,14 @@ def show_command(
     as_json: bool = typer.Option(False, "--json", help="Print the run, its evaluations and tree as JSON."),
 ) -> None:
     """A run's results and its world model as text."""
-    from ksearch.search.worldmodel import Tree
+    from ksearch.search.controller import load_snapshot, run_config
 
     store = open_run(run)
     try:
         info = store.run()
-        snap = store.latest_snapshot()
-        tree = Tree.model_validate_json(snap[1]) if snap else None
+        cfg = run_config(store)
+        snap = load_snapshot(store)
+        tree = snap[0] if snap else None
         evals = store.evaluations()
         final = store.baseline("final")
     finally:
@@ -168,7 +169,7 @@ def show_command(
         return
     out = wide_console()
     out.print(f"[bold]{info['id']}[/] · {info['task']} · {info['target']} · {info['status']} · "
-              f"{len(evals)} of {info['config']['budget']} evaluations · created {info['created_at']}")
+              f"{len(evals)} of {cfg.budget} evaluations · created {info['created_at']}")
     if tree is None:
         out.print("no tree yet")
         return

@@ -14,10 +14,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from ksearch import __version__
-from ksearch.errors import KnowledgeError, SearchError
+from ksearch.errors import KnowledgeError, SearchError, StoreError
 from ksearch.eval.evaluator import EvalConfig, Evaluator
 from ksearch.eval.protocol import TimingPlan
 from ksearch.eval.records import Candidate, Evaluation, Status
@@ -45,6 +45,27 @@ class RunConfig(BaseModel):
     checks: int = Field(default=3, ge=1)
     timing: TimingPlan = Field(default_factory=TimingPlan)
     strategy: StrategyConfig = Field(default_factory=StrategyConfig)
+
+
+def run_config(store: Store) -> RunConfig:
+    """The configuration a run was saved with. Raises StoreError when it does not decode."""
+    try:
+        return RunConfig.model_validate(store.run()["config"])
+    except ValidationError as e:
+        raise StoreError(f"{store.path} holds a run configuration that does not decode: "
+                         f"{e.errors()[0]['loc']}: {e.errors()[0]['msg']}") from None
+
+
+def load_snapshot(store: Store) -> tuple[Tree, SearchState] | None:
+    """The newest tree and strategy state of a run (None before the first). Raises StoreError when they do not
+    decode."""
+    snap = store.latest_snapshot()
+    if snap is None:
+        return None
+    try:
+        return Tree.model_validate_json(snap[1]), SearchState.model_validate_json(snap[2])
+    except ValidationError as e:
+        raise StoreError(f"{store.path}: snapshot {snap[0]} does not decode: {e.errors()[0]['msg']}") from None
 
 
 def correctness_seeds(seed: int, checks: int) -> list[int]:
@@ -114,9 +135,9 @@ class Controller:
 
     def start(self) -> None:
         """Measure the naive kernel as the root, build the first tree, and save both (or reload them)."""
-        snap = self.store.latest_snapshot()
+        snap = load_snapshot(self.store)
         if snap is not None:
-            self._load(snap)
+            self._load(*snap)
             return
         self.progress("baseline: judging the naive kernel")
         naive = self.evaluator.naive_candidate()
@@ -134,14 +155,16 @@ class Controller:
         self.tree, self.state = tree, SearchState()
         self.store.record_snapshot(self.tree.model_dump_json(), self.state.model_dump_json(), log)
 
-    def _load(self, snap) -> None:
-        _, tree_json, state_json = snap
-        self.tree = Tree.model_validate_json(tree_json)
-        self.state = SearchState.model_validate_json(state_json)
+    def _load(self, tree: Tree, state: SearchState) -> None:
+        self.tree, self.state = tree, state
         naive = self.store.baseline("naive")
-        if naive is None:
-            raise SearchError(f"run store {self.store.path} has a tree but no naive baseline")
-        self.evaluator.remember_naive(Evaluation.model_validate(naive["evaluation"]))
+        try:
+            naive_ev = Evaluation.model_validate(naive["evaluation"]) if naive else None
+        except (ValidationError, KeyError, TypeError):
+            naive_ev = None
+        if naive_ev is None:
+            raise StoreError(f"run store {self.store.path} has a tree but no readable naive baseline")
+        self.evaluator.remember_naive(naive_ev)
 
     # -- the loop -----------------------------------------------------------------------------------
 

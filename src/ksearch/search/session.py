@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import json
 import secrets
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,11 +19,11 @@ from ksearch.eval.evaluator import EvalConfig, Evaluator
 from ksearch.eval.records import Evaluation, Status
 from ksearch.proposers.base import get_proposer
 from ksearch.report.summary import final_summary
-from ksearch.search.controller import Controller, RunConfig, environment
+from ksearch.search.controller import Controller, RunConfig, environment, run_config
 from ksearch.store.db import Store
 from ksearch.store.runs import new_run_id, open_run, run_dir
 from ksearch.targets import get_target
-from ksearch.tasks import load_task
+from ksearch.tasks import builtin_names, load_task
 
 Progress = Callable[[str], None]
 
@@ -54,41 +55,69 @@ def _lock(directory: Path):
 class Session:
     """An open run: its store, controller and lock. Use as a context manager (releases the lock)."""
 
-    def __init__(self, store: Store, cfg: RunConfig, progress: Progress | None = None):
+    def __init__(self, store: Store, cfg: RunConfig, progress: Progress | None = None, lock=None):
         self.store, self.cfg = store, cfg
         self.progress = progress or (lambda m: None)
         self.dir = store.path.parent
-        self._lock = _lock(self.dir)
-        why = get_target(cfg.target).available()
-        if why:
-            raise SearchError(f"target {cfg.target!r} is not available here: {why}")
-        self.task = load_task(cfg.task)
-        self.hardware = _hardware(cfg.target)
-        self.evaluator = Evaluator(self.task, cfg.target, self.hardware, Controller.eval_config(cfg), self.progress)
-        self.proposer = get_proposer(cfg.proposer, self.task, cfg.target, self.hardware)
-        self.controller = Controller(store, self.task, self.evaluator, self.proposer, cfg, self.progress)
-        self.run_id = store.run()["id"]
+        self._lock = lock or _lock(self.dir)
+        try:
+            why = get_target(cfg.target).available()
+            if why:
+                raise SearchError(f"target {cfg.target!r} is not available here: {why}")
+            self.task = load_task(cfg.task)
+            self.hardware = _hardware(cfg.target)
+            self.evaluator = Evaluator(self.task, cfg.target, self.hardware, Controller.eval_config(cfg),
+                                       self.progress)
+            self.proposer = get_proposer(cfg.proposer, self.task, cfg.target, self.hardware)
+            self.controller = Controller(store, self.task, self.evaluator, self.proposer, cfg, self.progress)
+            self.run_id = self.dir.name
+        except BaseException:
+            self._lock.close()
+            raise
 
     @classmethod
     def create(cls, cfg: RunConfig, progress: Progress | None = None) -> "Session":
-        load_task(cfg.task).select(cfg.workloads)  # fail on a bad task or workload before creating anything
-        run_id = new_run_id(cfg.task)
+        """A new run under ``$KSEARCH_HOME/runs``, named after the task. A task given as a path is saved as an
+        absolute path (so the run resumes from any directory). Nothing is left behind when the run cannot
+        start (unknown task, workload, target or proposer; no compiler)."""
+        task = load_task(cfg.task)
+        task.select(cfg.workloads)  # fail on a bad task or workload before creating anything
+        if cfg.task not in builtin_names():
+            cfg = cfg.model_copy(update={"task": str(Path(cfg.task).resolve())})
+        run_id = new_run_id(task.name)
         store = Store(run_dir(run_id) / "run.sqlite", create=True)
-        store.create_run(run_id, cfg.task, cfg.target, cfg.model_dump(mode="json"), environment(), None)
-        session = cls(store, cfg, progress)
-        store.db.execute("UPDATE runs SET hardware_json = ?", (session.hardware.model_dump_json(),))
+        try:
+            store.create_run(run_id, task.name, cfg.target, cfg.model_dump(mode="json"), environment(), None)
+            session = cls(store, cfg, progress)
+            store.db.execute("UPDATE runs SET hardware_json = ?", (session.hardware.model_dump_json(),))
+        except BaseException:
+            store.close()
+            shutil.rmtree(run_dir(run_id), ignore_errors=True)
+            raise
         return session
 
     @classmethod
     def resume(cls, run: str, progress: Progress | None = None, budget: int | None = None) -> "Session":
+        """Reopen a run; ``budget`` raises its budget (saved only once this process holds the run's lock)."""
         store = open_run(run)
-        cfg = RunConfig.model_validate(store.run()["config"])
-        if budget is not None:
-            if budget < store.evaluation_count():
-                raise SearchError(f"--budget {budget} is below the {store.evaluation_count()} evaluations done")
-            cfg = cfg.model_copy(update={"budget": budget})
-            store.db.execute("UPDATE runs SET config_json = ?", (json.dumps(cfg.model_dump(mode="json")),))
-        return cls(store, cfg, progress)
+        try:
+            lock = _lock(store.path.parent)
+        except BaseException:
+            store.close()
+            raise
+        try:
+            cfg = run_config(store)
+            if budget is not None:
+                done = store.evaluation_count()
+                if budget < done:
+                    raise SearchError(f"--budget {budget} is below the {done} evaluations done")
+                cfg = cfg.model_copy(update={"budget": budget})
+                store.db.execute("UPDATE runs SET config_json = ?", (json.dumps(cfg.model_dump(mode="json")),))
+            return cls(store, cfg, progress, lock)
+        except BaseException:
+            lock.close()
+            store.close()
+            raise
 
     def close(self) -> None:
         self._lock.close()

@@ -1,0 +1,62 @@
+"""Tests for ksearch.search.session: where runs are created, what a failed start leaves, resume and the lock."""
+
+import fcntl
+import json
+import shutil
+
+import pytest
+
+from ksearch.errors import KsearchError, StoreError
+from ksearch.search.controller import RunConfig
+from ksearch.search.session import Session
+from ksearch.store.db import Store
+from ksearch.store.runs import run_dir, runs_dir
+from ksearch.tasks.loader import _BUILTIN_ROOT
+
+
+def test_a_task_given_by_path_runs_under_ksearch_home_and_resumes_from_anywhere(tmp_path, monkeypatch):
+    shutil.copytree(str(_BUILTIN_ROOT / "selective-scan"), tmp_path / "my task")
+    monkeypatch.chdir(tmp_path)
+    with Session.create(RunConfig(task="my task/", workloads=["tiny"], budget=1)) as s:
+        run_id, directory = s.run_id, s.dir
+    assert directory.parent == runs_dir() and run_id.startswith("selective-scan-")  # named after the definition
+    monkeypatch.chdir("/")
+    with Session.resume(run_id) as s:
+        assert s.cfg.task == str(tmp_path / "my task") and s.task.name == "selective-scan"
+
+
+def test_a_run_that_cannot_start_leaves_nothing_behind(tmp_path, monkeypatch):
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path))
+    for bad in ({"target": "nope"}, {"workloads": ["nope"]}, {"task": "no-such-task"}):
+        with pytest.raises(KsearchError):
+            Session.create(RunConfig(**{"task": "selective-scan", **bad}))
+    assert list(runs_dir().iterdir()) == []
+
+
+def _stored_run(run_id: str, config: dict) -> None:
+    s = Store(run_dir(run_id) / "run.sqlite", create=True)
+    s.create_run(run_id, "selective-scan", "cpu", config, {}, None)
+    s.close()
+
+
+def test_resume_of_a_run_another_process_holds_changes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path))
+    _stored_run("r1", RunConfig(task="selective-scan", budget=5).model_dump(mode="json"))
+    held = open(run_dir("r1") / "lock", "w")
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        with pytest.raises(StoreError, match="being worked on by another ksearch process"):
+            Session.resume("r1", budget=20)
+    finally:
+        held.close()
+    s = Store(run_dir("r1") / "run.sqlite")
+    assert s.run()["config"]["budget"] == 5  # the refused resume did not raise the budget under the other process
+    s.close()
+
+
+def test_resume_of_a_run_whose_configuration_does_not_decode_is_a_store_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path))
+    _stored_run("r2", {"task": 5, "budget": "many"})
+    with pytest.raises(StoreError, match="run configuration that does not decode"):
+        Session.resume("r2")
+    assert json.loads(json.dumps(Store(run_dir("r2") / "run.sqlite").run()["config"]))["budget"] == "many"
