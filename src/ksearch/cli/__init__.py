@@ -30,7 +30,11 @@ _register()
 
 
 def main() -> None:
-    """Entry point: user errors print one readable message and exit 2, never a traceback."""
+    """Entry point: user errors print one readable message and exit 2, never a traceback.
+
+    Ctrl-C never reaches here: typer turns KeyboardInterrupt into exit status 130 inside ``app()``, so the
+    commands that have something to say about it (run, resume, eval) catch it themselves.
+    """
     try:
         app()
     except KsearchError as e:
@@ -38,6 +42,3 @@ def main() -> None:
 
         Console(stderr=True).print(f"[bold red]error:[/] {e}", highlight=False, markup=True)
         sys.exit(2)
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        sys.exit(130)

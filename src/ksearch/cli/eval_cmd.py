@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from ksearch.cli.options import positive_seconds
 from ksearch.errors import TaskError
 from ksearch.eval.evaluator import EvalConfig, Evaluator
 from ksearch.eval.records import Candidate
@@ -25,8 +26,9 @@ def eval_command(
     target: str = typer.Option("cpu", help="Target that compiles and runs the kernel."),
     workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all)."),
     seeds: int = typer.Option(3, min=1, help="Correctness checks per workload, each on fresh random inputs."),
-    seed: int | None = typer.Option(None, help="Base seed for the inputs (default: fresh random)."),
-    timeout: float = typer.Option(60.0, help="Seconds one kernel call may take before it is killed."),
+    seed: int | None = typer.Option(None, min=0, help="Base seed for the inputs (default: fresh random)."),
+    timeout: float = typer.Option(60.0, help="Seconds one kernel call may take before it is killed.",
+                                  callback=positive_seconds),
     entry: str = typer.Option("run", help="Name of the kernel's entry-point function."),
     flags: str = typer.Option("", help="Extra compile flags, space-separated (e.g. '-ffast-math')."),
     naive: bool = typer.Option(True, help="Also time the task's naive kernel, for speedups."),
@@ -60,18 +62,22 @@ def eval_command(
     base = secrets.randbits(62) if seed is None else seed
     cfg = EvalConfig(timeout_s=timeout, seeds=[base + i for i in range(seeds)],
                      sandbox=Policy(namespaces=namespaces))
-    with console.status("starting", spinner="dots") as status:
-        def progress(msg: str) -> None:
-            if not as_json:
-                status.update(msg)
+    try:
+        with console.status("starting", spinner="dots") as status:
+            def progress(msg: str) -> None:
+                if not as_json:
+                    status.update(msg)
 
-        ev_ = Evaluator(t, target, hardware, cfg, progress)
-        naive_ev = None
-        if naive and target in t.naive_sources:
-            naive_ev = ev_.measure_naive(selected)
-        candidate = Candidate(target=target, sources={kernel.name: source}, entry_point=entry,
-                              compile_flags=flags.split(), launch=plan)
-        result = ev_.evaluate(candidate, names)
+            ev_ = Evaluator(t, target, hardware, cfg, progress)
+            naive_ev = None
+            if naive and target in t.naive_sources:
+                naive_ev = ev_.measure_naive(selected)
+            candidate = Candidate(target=target, sources={kernel.name: source}, entry_point=entry,
+                                  compile_flags=flags.split(), launch=plan)
+            result = ev_.evaluate(candidate, names)
+    except KeyboardInterrupt:
+        console.print("interrupted: the evaluation was stopped and its worker killed; nothing was saved")
+        raise typer.Exit(130) from None
     if as_json:
         typer.echo(json.dumps(evaluation_json(result, hardware), indent=2))
     else:

@@ -7,6 +7,7 @@ import json
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ksearch.cli.options import positive_seconds
 from ksearch.report.summary import decision_path, summary_table, tree_view
 from ksearch.report.tables import wide_console
 from ksearch.search.controller import RunConfig, StepReport
@@ -35,8 +36,6 @@ def _drive(session: Session, as_json: bool) -> None:
         if not quiet:
             err.print(f"run [bold]{session.run_id}[/] · task {session.cfg.task} · target {session.cfg.target} · "
                       f"proposer {session.cfg.proposer} · budget {session.cfg.budget} · seed {session.cfg.seed}")
-        c.start()
-        bar.update(job, completed=c.evaluations, best=_best(c))
 
         def on_step(r: StepReport) -> None:
             bar.update(job, completed=c.evaluations, best=_best(c))
@@ -47,15 +46,17 @@ def _drive(session: Session, as_json: bool) -> None:
                 bar.console.print(f"  [{r.seq:>3}] {r.node_id:<5} {r.label[:26]:<26} {r.node_status:<9} {score:>8}"
                                   f"{note}  [dim]{why[:60]}[/]", highlight=False)
 
-        try:
+        try:  # Ctrl-C anywhere: the naive baseline, the search or the final measurements
+            c.start()
+            bar.update(job, completed=c.evaluations, best=_best(c))
             c.run(on_step)
+            bar.update(job, phase="final", now="measuring naive, best and reference side by side")
+            summary = session.finish()
         except KeyboardInterrupt:
             session.store.set_status("interrupted")
             err.print(f"\ninterrupted after {c.evaluations} evaluations; continue with "
                       f"[bold]ksearch resume {session.run_id}[/]")
             raise typer.Exit(130) from None
-        bar.update(job, phase="final", now="measuring naive, best and reference side by side")
-        summary = session.finish()
         bar.update(job, now="done")
     _print_summary(session, summary, as_json)
 
@@ -89,7 +90,8 @@ def run_command(
     budget: int = typer.Option(40, min=1, help="Candidate evaluations to spend (the naive baseline not counted)."),
     seed: int = typer.Option(0, help="Seed of the strategy's tie breaks and the correctness inputs."),
     proposer: str = typer.Option("patterns", help="Who writes edits and kernels: patterns (offline)."),
-    timeout: float = typer.Option(60.0, help="Seconds one kernel call may take before it is killed."),
+    timeout: float = typer.Option(60.0, help="Seconds one kernel call may take before it is killed.",
+                                  callback=positive_seconds),
     workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all)."),
     stagnation: int = typer.Option(5, min=1, help="Evaluations without a new best before backing off to "
                                                    "a competing branch."),
