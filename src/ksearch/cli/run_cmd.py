@@ -8,7 +8,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ksearch.cli.options import positive_seconds
-from ksearch.report.summary import decision_path, summary_table, tree_view
+from ksearch.report.summary import decision_path, summary_table, tree_view, verdict_lines
 from ksearch.report.tables import wide_console
 from ksearch.search.controller import RunConfig, StepReport
 from ksearch.search.session import Session
@@ -72,6 +72,8 @@ def _print_summary(session: Session, summary: dict, as_json: bool) -> None:
         return
     out = wide_console()
     out.print(summary_table(summary))
+    for line in verdict_lines(summary):
+        out.print(line, highlight=False)
     tree = session.controller.tree
     if summary["best_node_id"]:
         out.print("\n[bold]Path to the best kernel[/]")
@@ -184,8 +186,10 @@ def show_command(
         summary = final_summary(info, len(evals), best.id if best else None, final.get("best_candidate_id"),
                                 Evaluation.model_validate(final["naive"]),
                                 Evaluation.model_validate(final["best"]) if final.get("best") else None,
-                                final["reference"], final["reference_name"], None)
+                                final["reference"], final["reference_name"], None, final.get("hidden"))
         out.print(summary_table(summary))
+        for line in verdict_lines(summary):
+            out.print(line, highlight=False)
     failures = [(s, n, e) for s, n, e in evals if not e.status.passed]
     if failures:
         out.print(f"\n[bold]{len(failures)} failed evaluations[/]")

@@ -4,6 +4,7 @@ of decisions that led to the best kernel; the tree as text."""
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree as RichTree
 
@@ -13,9 +14,12 @@ from ksearch.search.worldmodel import ROOT_ID, NodeStatus, Tree
 
 def final_summary(run: dict, evaluations: int, best_node: str | None, best_candidate: str | None,
                   naive: Evaluation, best: Evaluation | None, reference: dict[str, dict], reference_name: str,
-                  source_path: str | None) -> dict:
+                  source_path: str | None, hidden: dict | None = None) -> dict:
     """The JSON summary of a run (see `ksearch run --json`). Times are medians in ms from the final
-    side-by-side measurement; ``speedup_vs_reference`` is reference ms / best ms."""
+    side-by-side measurement; ``speedup_vs_reference`` is reference ms / best ms. With a best kernel:
+    ``best_status`` and ``best_message``, its final verdict (fresh inputs, then the hidden workloads); with
+    ``hidden`` (``{"axes": [...], "evaluation": {...}}`` as the session stores it): ``hidden_workloads``
+    (status, message, axes)."""
     rows = []
     for r in naive.workloads:
         if r.median_ms is None:
@@ -35,9 +39,34 @@ def final_summary(run: dict, evaluations: int, best_node: str | None, best_candi
             "floor_ms": r.floor_ms,
             "bound": r.bound,
         })
-    return {"run_id": run["id"], "task": run["task"], "target": run["target"], "status": run["status"],
-            "evaluations": evaluations, "best_candidate_id": best_candidate, "best_node_id": best_node,
-            "best_source": source_path, "reference_baseline": reference_name, "workloads": rows}
+    out = {"run_id": run["id"], "task": run["task"], "target": run["target"], "status": run["status"],
+           "evaluations": evaluations, "best_candidate_id": best_candidate, "best_node_id": best_node,
+           "best_source": source_path, "reference_baseline": reference_name, "workloads": rows}
+    if best is not None:
+        out["best_status"], out["best_message"] = best.status.value, best.message
+    if hidden:
+        out["hidden_workloads"] = {"status": hidden["evaluation"]["status"],
+                                   "message": hidden["evaluation"]["message"], "axes": hidden["axes"]}
+    return out
+
+
+def verdict_lines(summary: dict) -> list[str]:
+    """What the final checks said of the best kernel (rich markup): a failure on fresh inputs or on a hidden
+    workload, else the hidden workloads it passed (or why none were drawn)."""
+    lines = []
+    status = summary.get("best_status")
+    if status and status != "PASSED":
+        lines.append(f"[bold red]the best kernel FAILED its final check ({status}): "
+                     f"{escape(summary.get('best_message') or '')}[/]; its speedups above are not to be trusted")
+    hidden = summary.get("hidden_workloads")
+    if hidden and status == "PASSED":
+        if hidden["status"] == "PASSED":
+            shapes = "; ".join(" ".join(f"{k}={v}" for k, v in axes.items()) for axes in hidden["axes"])
+            lines.append(f"the best kernel also passed {len(hidden['axes'])} hidden workloads (sizes drawn with a "
+                         f"secret seed): {shapes}")
+        else:
+            lines.append(f"hidden workloads: {hidden['status']}: {escape(hidden['message'])}")
+    return lines
 
 
 def summary_table(summary: dict) -> Table:

@@ -156,14 +156,9 @@ class Session:
             source_path = str(out / next(iter(best[1].sources)))
         self.store.set_status("finished" if c.done() else "exhausted")
         best_eval = Evaluation.model_validate(final["best"]) if final.get("best") else None
-        summary = final_summary(self.store.run(), c.evaluations, best[0] if best else None, best_id,
-                                Evaluation.model_validate(final["naive"]), best_eval, final["reference"],
-                                final["reference_name"], source_path)
-        hidden = final.get("hidden")
-        if hidden:
-            summary["hidden_workloads"] = {"status": hidden["evaluation"]["status"],
-                                           "message": hidden["evaluation"]["message"], "axes": hidden["axes"]}
-        return summary
+        return final_summary(self.store.run(), c.evaluations, best[0] if best else None, best_id,
+                             Evaluation.model_validate(final["naive"]), best_eval, final["reference"],
+                             final["reference_name"], source_path, final.get("hidden"))
 
     def _hidden_check(self, ev: Evaluator, candidate, selected, best_eval: Evaluation) -> dict:
         """Check the best kernel on workloads it never saw (sizes drawn with a secret seed, no larger than the
