@@ -47,8 +47,10 @@ def test_eval_table_and_failure_exit_code(tmp_path):
 
 
 def test_user_errors_are_one_line_not_tracebacks(tmp_path):
+    (tmp_path / "binary.c").write_bytes(bytes(range(128, 256)))  # was a UnicodeDecodeError traceback
     for args in (["tasks", "show", "no-such-task"], ["eval", "selective-scan", str(tmp_path / "missing.c")],
-                 ["eval", "selective-scan", __file__, "-w", "no-such-workload"]):
+                 ["eval", "selective-scan", __file__, "-w", "no-such-workload"],
+                 ["eval", "selective-scan", str(tmp_path / "binary.c")]):
         p = subprocess.run([sys.executable, "-m", "ksearch", *args], capture_output=True, text=True, timeout=120)
         assert p.returncode == 2, (args, p.stderr)
         assert "error:" in p.stderr and "Traceback" not in p.stderr

@@ -44,6 +44,8 @@ def eval_command(
         source = kernel.read_text()
     except OSError as e:
         raise TaskError(f"cannot read kernel file {kernel}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise TaskError(f"kernel file {kernel} is not UTF-8 text (byte {e.start}: {e.reason})") from None
     names = [n.strip() for n in workloads.split(",") if n.strip()] or None
     selected = t.select(names)
     from ksearch.hardware.cache import load_or_measure
