@@ -67,27 +67,26 @@ def test_ctrl_c_during_eval_says_so_and_leaves_no_worker(tmp_path):
     import signal
     import time
 
-    from ksearch.eval.evaluator import _shared_base
+    from ksearch.eval.casedata import shared_base
 
     k = tmp_path / "endless.c"
     k.write_text(kernels.ENDLESS)
     proc = subprocess.Popen([sys.executable, "-m", "ksearch", "eval", "selective-scan", str(k), "-w", "tiny",
                              "--no-naive"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list(_shared_base().glob(f"ksearch-eval-{proc.pid}-*/home")):
+    while time.monotonic() < deadline and not list(shared_base().glob(f"ksearch-eval-{proc.pid}-*/home")):
         time.sleep(0.05)  # until the worker's directory exists
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
-    assert not list(_shared_base().glob(f"ksearch-*-{proc.pid}-*"))
+    assert not list(shared_base().glob(f"ksearch-*-{proc.pid}-*"))
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"ksearch-eval-{proc.pid}-" not in ps  # the worker (its policy names its directory) is gone
 
 
 def test_damaged_runs_are_one_line_errors_and_listed_as_unreadable(tmp_path):
     import os
-    import sqlite3
 
     from ksearch.store.db import Store
 

@@ -75,9 +75,9 @@ def test_sigkill_during_evaluation_then_resume(env, tmp_path):
     assert count(db, "SELECT COUNT(*) FROM evaluations") == 5
     assert count(db, "SELECT COUNT(DISTINCT candidate_id) FROM evaluations") == 5
     # the killed run's judge directories were cleaned up by the next run
-    from ksearch.eval.evaluator import _shared_base
+    from ksearch.eval.casedata import shared_base
 
-    assert not list(_shared_base().glob(f"ksearch-*-{proc.pid}-*"))
+    assert not list(shared_base().glob(f"ksearch-*-{proc.pid}-*"))
     assert ksearch("resume", db.parent.name, env=env).returncode == 0  # finished runs resume to their summary
 
 

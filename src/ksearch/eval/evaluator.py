@@ -29,7 +29,6 @@ import numpy as np
 
 from ksearch.eval import static_checks
 from ksearch.eval.casedata import CaseData, remove_stale_dirs
-from ksearch.eval.casedata import shared_base as _shared_base  # noqa: F401 - used by tests
 from ksearch.eval.casedata import shared_dir as _shared_dir
 from ksearch.eval.compare import compare
 from ksearch.eval.hidden import draw_hidden_workloads

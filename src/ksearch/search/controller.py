@@ -24,7 +24,7 @@ from ksearch.eval.records import Candidate, Evaluation, Status
 from ksearch.proposers.base import Proposer
 from ksearch.search.edits import apply
 from ksearch.search.strategy import Decision, SearchState, StrategyConfig, decide, update_state
-from ksearch.search.worldmodel import ROOT_ID, EvalSummary, NodeStatus, Tree, attach
+from ksearch.search.worldmodel import ROOT_ID, EvalSummary, Tree, attach
 from ksearch.store.db import Store
 
 
@@ -259,6 +259,3 @@ class Controller:
         cand = self.store.candidate(node.candidate_id)
         ev = self.store.evaluation_of(node.candidate_id)
         return node.id, cand, ev
-
-    def failed_nodes(self) -> list[str]:
-        return [n.id for n in self.tree if n.status == NodeStatus.FAILED]

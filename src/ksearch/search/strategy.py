@@ -1,15 +1,15 @@
 """The world-model strategy: which open action to try next, when to back off, how to learn from a result.
 
 Pure functions over immutable records; deterministic given ``StrategyConfig.seed`` (no global
-random state is read). The controller's loop is, per cycle::
+random state is read). `ksearch.search.controller.Controller.step` makes one attempt per cycle::
 
-    decision = decide(tree, state, cfg)            # or select(...) for just the node id
-    ... generate and evaluate attempts for decision.node_id ...
-    state = update_state(state, tree, node_id, evaluation, end_cycle=False)   # after each attempt
-    tree = attach(tree, node_id, best_candidate_id, best_evaluation)
-    state = update_state(state, tree, node_id, best_evaluation)              # closes the cycle
-    tree, results = apply(tree, revise(tree, node_id) + planner_edits)
+    decision = decide(tree, state, cfg)                  # None: ask the proposer to expand the tree
+    candidate = proposer.propose(tree, decision.node_id, parent_candidate); evaluation = judge(candidate)
+    tree = attach(tree, node_id, candidate.id, summary)
+    state = update_state(state, tree, node_id, summary)  # closes the cycle
+    tree, results = apply(tree, proposer.refine(tree, node_id, state))   # revise(...) + new children
 
+``update_state(..., end_cycle=False)`` is there for a proposer that makes several attempts per node.
 Vocabulary: a *branch* is a first-level subtree (a kernel family); an *evaluation* is one
 benchmarked attempt; a *cycle* is one selected node with all its attempts.
 """
