@@ -11,11 +11,23 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ksearch.errors import ConfigError
+
 
 def home_dir() -> Path:
-    """ksearch's state directory (created if missing)."""
+    """ksearch's state directory (created if missing).
+
+    Raises:
+        ConfigError: it cannot be created or is not a writable directory.
+    """
     path = Path(os.environ.get("KSEARCH_HOME") or Path.home() / ".cache" / "ksearch").expanduser()
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"ksearch's state directory {path} (KSEARCH_HOME) cannot be created: "
+                          f"{e.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"ksearch's state directory {path} (KSEARCH_HOME) is not writable")
     return path
 
 

@@ -42,3 +42,7 @@ class KnowledgeError(KsearchError):
 
 class SearchError(KsearchError):
     """The search cannot continue (invalid configuration, no open action and no way to make one)."""
+
+
+class ConfigError(KsearchError):
+    """A setting is unusable (e.g. ``KSEARCH_HOME`` names a directory that cannot be created)."""
