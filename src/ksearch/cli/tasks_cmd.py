@@ -52,11 +52,11 @@ def show(task: str = typer.Argument(..., help="Built-in task name, task director
     console.print("reference: |", highlight=False)
     console.print("\n".join("  " + line for line in reference.rstrip().splitlines()), highlight=False,
                   markup=False)
-    table = Table(title=f"Workloads of {t.name}")
-    for col in ("name", "axes", "bytes (MB)", "GFLOP", "transcendentals (M)"):
+    table = Table(title=f"Workloads of {t.name} (check: correctness only during a search; bench: also timed)")
+    for col in ("name", "purpose", "axes", "bytes (MB)", "GFLOP", "transcendentals (M)"):
         table.add_column(col)
     for w in t.workloads:
         c = t.definition.cost_of(w)
-        table.add_row(w.label, " ".join(f"{k}={v}" for k, v in w.axes.items()), f"{c.bytes / 1e6:.2f}",
+        table.add_row(w.label, w.purpose, " ".join(f"{k}={v}" for k, v in w.axes.items()), f"{c.bytes / 1e6:.2f}",
                       f"{c.flops / 1e9:.3f}", f"{c.transcendentals / 1e6:.2f}")
     console.print(table)
