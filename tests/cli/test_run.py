@@ -28,6 +28,17 @@ def count(db, sql):
         con.close()
 
 
+def wait_for_evaluations(runs, n: int, timeout_s: float = 240):
+    """The run.sqlite of the (only) run under ``runs`` once it holds ``n`` evaluations."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = list(runs.glob("*/run.sqlite")) if runs.exists() else []
+        if found and count(found[0], "SELECT COUNT(*) FROM evaluations") >= n:
+            return found[0]
+        time.sleep(0.05)
+    raise AssertionError(f"the run never reached {n} evaluations")
+
+
 @pytest.fixture
 def env(tmp_path):
     e = dict(os.environ, KSEARCH_HOME=str(tmp_path / "home"))
@@ -55,16 +66,7 @@ def test_run_json_summary_and_show(env, tmp_path):
 def test_sigkill_during_evaluation_then_resume(env, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "ksearch", *ARGS], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    runs = tmp_path / "home" / "runs"
-    deadline = time.monotonic() + 240
-    db = None
-    while time.monotonic() < deadline:
-        found = list(runs.glob("*/run.sqlite")) if runs.exists() else []
-        if found and count(found[0], "SELECT COUNT(*) FROM evaluations") >= 2:
-            db = found[0]
-            break
-        time.sleep(0.05)
-    assert db is not None, "the run never reached 2 evaluations"
+    db = wait_for_evaluations(tmp_path / "home" / "runs", 2)
     os.killpg(proc.pid, signal.SIGKILL)  # the controller and anything it started in its group
     proc.wait()
     done = count(db, "SELECT COUNT(*) FROM evaluations")
@@ -85,13 +87,7 @@ def test_sigkill_during_evaluation_then_resume(env, tmp_path):
 def test_ctrl_c_stops_cleanly(env, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "ksearch", *ARGS], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    runs = tmp_path / "home" / "runs"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        found = list(runs.glob("*/run.sqlite")) if runs.exists() else []
-        if found and count(found[0], "SELECT COUNT(*) FROM evaluations") >= 1:
-            break
-        time.sleep(0.05)
+    wait_for_evaluations(tmp_path / "home" / "runs", 1)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
