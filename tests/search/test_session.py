@@ -26,9 +26,12 @@ def test_a_task_given_by_path_runs_under_ksearch_home_and_resumes_from_anywhere(
 
 
 def test_a_run_that_cannot_start_leaves_nothing_behind(tmp_path, monkeypatch):
-    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path))
-    for bad in ({"target": "nope"}, {"workloads": ["nope"]}, {"task": "no-such-task"}):
-        with pytest.raises(KsearchError):
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    shutil.copytree(str(_BUILTIN_ROOT / "selective-scan"), tmp_path / "no-naive")
+    (tmp_path / "no-naive" / "naive.cpu.c").unlink()  # was a KeyError traceback
+    for bad, match in (({"target": "nope"}, "unknown target"), ({"workloads": ["nope"]}, "no workload"),
+                       ({"task": "no-such-task"}, "no task"), ({"task": str(tmp_path / "no-naive")}, "no naive kernel")):
+        with pytest.raises(KsearchError, match=match):
             Session.create(RunConfig(**{"task": "selective-scan", **bad}))
     assert list(runs_dir().iterdir()) == []
 

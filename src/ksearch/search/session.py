@@ -65,6 +65,10 @@ class Session:
             if why:
                 raise SearchError(f"target {cfg.target!r} is not available here: {why}")
             self.task = load_task(cfg.task)
+            if cfg.target not in self.task.naive_sources:
+                raise TaskError(f"task {self.task.name!r} ({self.task.origin}) has no naive kernel for target "
+                                f"{cfg.target!r} (naive.{cfg.target}.<ext> beside its definition): a search "
+                                "measures every speedup against it")
             self.hardware = _hardware(cfg.target)
             self.evaluator = Evaluator(self.task, cfg.target, self.hardware, Controller.eval_config(cfg),
                                        self.progress)
