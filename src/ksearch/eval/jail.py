@@ -410,6 +410,12 @@ def enter(policy: dict) -> dict:
     """
     report: dict = {"namespaces": [], "read_only_fs": False, "writable": [], "hidden": [], "capabilities": "kept",
                     "seccomp": [], "limits": {}, "pid_max": None, "errors": []}
+    # die with the controller: a killed `ksearch` must not leave a kernel running (with namespaces, this
+    # process's death then takes the namespace's init, and so everything in it, along)
+    parent = os.getppid()
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the controller died before the line above took effect
+        os._exit(1)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if not policy:
         return report
