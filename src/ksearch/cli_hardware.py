@@ -87,7 +87,7 @@ def show(
                 spec = load_or_measure(refresh=True)
     except KsearchError as exc:
         err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from exc
+        raise typer.Exit(2) from exc
     if as_json:
         typer.echo(spec.model_dump_json(indent=2))
         return
@@ -108,7 +108,7 @@ def _show_gpu(refresh: bool, as_json: bool, err: Console) -> None:
             spec = load_or_measure_gpu(refresh=refresh)
     except KsearchError as exc:
         err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from exc
+        raise typer.Exit(2) from exc
     if as_json:
         typer.echo(spec.model_dump_json(indent=2))
         return

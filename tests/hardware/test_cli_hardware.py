@@ -30,4 +30,4 @@ def test_show_prints_facts_and_ceilings(ksearch_home, tiny_spec):
 def test_missing_compiler_is_a_clean_error(ksearch_home, monkeypatch):
     monkeypatch.setenv("CC", "no-such-compiler-xyz")
     result = runner.invoke(app, ["show"])
-    assert result.exit_code == 1 and "no-such-compiler-xyz" in result.output
+    assert result.exit_code == 2 and "no-such-compiler-xyz" in result.output

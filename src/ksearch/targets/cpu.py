@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import os
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -95,7 +96,7 @@ class CpuTarget:
             if proc.returncode != 0 or not out.is_file():
                 return CompileResult(False, None, log or f"compiler exited with {proc.returncode}",
                                      time.perf_counter() - t0)
-            partial = artifact.with_suffix(f".{id(out)}.tmp")
+            partial = artifact.with_suffix(f".{os.getpid()}.{time.monotonic_ns()}.tmp")
             shutil.copyfile(out, partial)
             partial.replace(artifact)  # atomic: a concurrent build of the same key is harmless
         return CompileResult(True, artifact, log, time.perf_counter() - t0)
