@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 import re
 import shutil
 import subprocess
 import tempfile
-import os
 import time
 from functools import lru_cache
 from pathlib import Path
