@@ -78,34 +78,36 @@ def show(
     """Print the local hardware spec: detected facts, then each measured ceiling and how it was measured."""
     err = Console(stderr=True)
     if gpu:
-        _show_gpu(refresh, as_json, err)
+        _print_spec(_load_gpu, refresh, as_json, err)
         return
-    try:
-        spec = None if refresh else cached_local_spec()
-        if spec is None:
-            with err.status("measuring ceilings (a few seconds)..."):
-                spec = load_or_measure(refresh=True)
-    except KsearchError as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+    _print_spec(_load_cpu, refresh, as_json, err)
     if as_json:
-        typer.echo(spec.model_dump_json(indent=2))
         return
-    out = Console()
-    out.print(facts_table(spec))
-    out.print(ceilings_table(spec))
     from ksearch.targets.cuda import cupy_status
 
     if cupy_status() is None:  # a GPU is present: show its spec too
-        _show_gpu(refresh, False, err)
+        _print_spec(_load_gpu, refresh, False, err)
 
 
-def _show_gpu(refresh: bool, as_json: bool, err: Console) -> None:
+def _load_cpu(refresh: bool, err: Console):
+    spec = None if refresh else cached_local_spec()
+    if spec is None:
+        with err.status("measuring ceilings (a few seconds)..."):
+            spec = load_or_measure(refresh=True)
+    return spec
+
+
+def _load_gpu(refresh: bool, err: Console):
     from ksearch.hardware.gpu import load_or_measure_gpu
 
+    with err.status("GPU: detecting and measuring ceilings (about a second)..."):
+        return load_or_measure_gpu(refresh=refresh)
+
+
+def _print_spec(load, refresh: bool, as_json: bool, err: Console) -> None:
+    """Load a spec (CPU or GPU) and print it as tables or JSON; a KsearchError is one line and exit 2."""
     try:
-        with err.status("GPU: detecting and measuring ceilings (about a second)..."):
-            spec = load_or_measure_gpu(refresh=refresh)
+        spec = load(refresh, err)
     except KsearchError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
