@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 
@@ -56,9 +58,6 @@ def test_cxx_kernel_passes_with_speedup_vs_naive(evaluator):
 def test_broken_kernels_get_their_status(evaluator, source, status, match):
     res = evaluator.evaluate(cand(source), SMALL)
     assert res.status is status, res.message
-    assert pytest.approx(0) != len(res.message)
-    import re
-
     assert re.search(match, res.message), res.message
     if status is not Status.COMPILE_ERROR:
         assert res.workloads[0].status is status
