@@ -7,7 +7,6 @@ works on the run), and ``best/`` (the best kernel's sources, written when the ru
 from __future__ import annotations
 
 import fcntl
-import json
 import secrets
 import shutil
 from collections.abc import Callable
@@ -93,7 +92,7 @@ class Session:
         try:
             store.create_run(run_id, task.name, cfg.target, cfg.model_dump(mode="json"), environment(), None)
             session = cls(store, cfg, progress)
-            store.db.execute("UPDATE runs SET hardware_json = ?", (session.hardware.model_dump_json(),))
+            store.set_hardware(session.hardware.model_dump(mode="json"))
         except BaseException:
             store.close()
             shutil.rmtree(run_dir(run_id), ignore_errors=True)
@@ -116,7 +115,7 @@ class Session:
                 if budget < done:
                     raise SearchError(f"--budget {budget} is below the {done} evaluations done")
                 cfg = cfg.model_copy(update={"budget": budget})
-                store.db.execute("UPDATE runs SET config_json = ?", (json.dumps(cfg.model_dump(mode="json")),))
+                store.set_config(cfg.model_dump(mode="json"))
             return cls(store, cfg, progress, lock)
         except BaseException:
             lock.close()

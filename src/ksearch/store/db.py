@@ -185,6 +185,16 @@ class Store:
         with self.transaction() as db:
             db.execute("UPDATE runs SET status = ?, updated_at = ?", (status, _now()))
 
+    def set_config(self, config: dict) -> None:
+        """Replace the run's saved configuration (e.g. a raised budget)."""
+        with self.transaction() as db:
+            db.execute("UPDATE runs SET config_json = ?, updated_at = ?", (json.dumps(config), _now()))
+
+    def set_hardware(self, hardware: dict) -> None:
+        """Record the hardware spec the run measures against."""
+        with self.transaction() as db:
+            db.execute("UPDATE runs SET hardware_json = ?, updated_at = ?", (json.dumps(hardware), _now()))
+
     # -- baselines ----------------------------------------------------------------------------------
 
     def put_baseline(self, name: str, kind: str, result: dict) -> None:
