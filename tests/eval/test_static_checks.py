@@ -2,8 +2,6 @@
 rule and the line, and the usual disguises (macros, comments, strings, C++ blocks) neither hide a call nor
 make an honest kernel fail."""
 
-import random
-
 import pytest
 
 from ksearch.eval import static_checks as sc
@@ -11,6 +9,8 @@ from ksearch.eval.records import Candidate
 from ksearch.knowledge import load_pack
 from ksearch.targets.cpu import CpuTarget
 from ksearch.tasks import load_task
+
+from ..knowledge.paths import random_paths
 
 RULES = sc.rules_for("cpu")
 EXPAND = CpuTarget().expand
@@ -35,16 +35,7 @@ def test_naive_and_rendered_pack_kernels_pass(task):
     t = load_task(task)
     assert findings(t.naive_sources["cpu"]) == []
     pack = load_pack("selective-scan", "cpu")
-    rng = random.Random(7)
-    paths = [({"family": f.id}, {}) for f in pack.families]
-    for _ in range(6):
-        fam = rng.choice(pack.families).id
-        choices, knobs = {"family": fam}, {}
-        for dec in pack.decisions_for(fam):
-            ch = rng.choice(dec.choices)
-            choices[dec.id] = ch.id
-            knobs.update({n: rng.choice(kn.values) for n, kn in ch.knobs.items()})
-        paths.append((choices, knobs))
+    paths = [({"family": f.id}, {}) for f in pack.families] + random_paths(pack, 6, seed=7)
     for choices, knobs in paths:
         kernel = pack.render(t.definition, choices, knobs)
         got = findings(kernel.sources["kernel.c"], compile_flags=list(kernel.compile_flags))

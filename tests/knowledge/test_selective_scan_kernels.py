@@ -1,7 +1,6 @@
 """The selective-scan cpu pack's kernels compile and pass the evaluator on the check workloads, both dtypes:
 every family's default path, hand-picked fast paths, and a seeded random sample of full paths."""
 
-import random
 
 import pytest
 
@@ -10,6 +9,8 @@ from ksearch.eval.records import Candidate, Status
 from ksearch.hardware.cpu import detect_cpu
 from ksearch.knowledge import load_pack
 from ksearch.tasks import load_task
+
+from .paths import random_paths
 
 SMALL = ["tiny", "small-b2", "odd"]
 TASKS = ["selective-scan", "selective-scan-fp16"]
@@ -51,17 +52,7 @@ def evaluators():
 
 def _sample(n: int, seed: int) -> list[tuple[dict, dict]]:
     """n full paths drawn at random (seeded) from the unfiltered pack: every decision and knob of the family."""
-    full = load_pack("selective-scan", "cpu")
-    rng, out = random.Random(seed), []
-    for _ in range(n):
-        fam = rng.choice(full.families).id
-        choices, knobs = {"family": fam}, {}
-        for dec in full.decisions_for(fam):
-            ch = rng.choice(dec.choices)
-            choices[dec.id] = ch.id
-            knobs.update({k: rng.choice(knob.values) for k, knob in ch.knobs.items()})
-        out.append((choices, knobs))
-    return out
+    return random_paths(load_pack("selective-scan", "cpu"), n, seed)
 
 
 PATHS = ([({"family": f}, {}) for f in ("row-sequential", "channel-vectorized", "chunked-parallel-scan")]
