@@ -48,16 +48,11 @@ def eval_command(
         raise TaskError(f"kernel file {kernel} is not UTF-8 text (byte {e.start}: {e.reason})") from None
     names = [n.strip() for n in workloads.split(",") if n.strip()] or None
     selected = t.select(names)
-    from ksearch.hardware.cache import load_or_measure
+    from ksearch.hardware.cache import spec_for_target
 
     if not as_json:
         console.print("[dim]hardware: loading the cached spec (first use measures the ceilings, ~10 s)…[/]")
-    if target == "cuda":
-        from ksearch.hardware.gpu import load_or_measure_gpu
-
-        hardware = load_or_measure_gpu()
-    else:
-        hardware = load_or_measure()
+    hardware = spec_for_target(target)
     plan = _launch_plan(kernel, launch) if target != "cpu" else {}
     if namespaces not in ("auto", "no-user", "off"):
         raise TaskError(f"--namespaces must be auto, no-user or off, not {namespaces!r}")

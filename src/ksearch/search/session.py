@@ -16,6 +16,7 @@ from ksearch.errors import SearchError, StoreError, TaskError
 from ksearch.eval.baselines import time_baseline
 from ksearch.eval.evaluator import EvalConfig, Evaluator
 from ksearch.eval.records import Evaluation, Status
+from ksearch.hardware.cache import spec_for_target
 from ksearch.proposers.base import get_proposer
 from ksearch.report.summary import final_summary
 from ksearch.search.controller import Controller, RunConfig, environment, run_config
@@ -29,16 +30,6 @@ Progress = Callable[[str], None]
 #: hidden workloads (drawn with a secret seed) the best kernel must also pass in the final evaluation
 HIDDEN_WORKLOADS = 4
 
-
-def _hardware(target: str):
-    """The spec the roofline of this target's device comes from (measured once, then cached)."""
-    if target == "cuda":
-        from ksearch.hardware.gpu import load_or_measure_gpu
-
-        return load_or_measure_gpu()
-    from ksearch.hardware.cache import load_or_measure
-
-    return load_or_measure()
 
 
 def _lock(directory: Path):
@@ -68,7 +59,7 @@ class Session:
                 raise TaskError(f"task {self.task.name!r} ({self.task.origin}) has no naive kernel for target "
                                 f"{cfg.target!r} (naive.{cfg.target}.<ext> beside its definition): a search "
                                 "measures every speedup against it")
-            self.hardware = _hardware(cfg.target)
+            self.hardware = spec_for_target(cfg.target)
             self.evaluator = Evaluator(self.task, cfg.target, self.hardware, Controller.eval_config(cfg),
                                        self.progress)
             self.proposer = get_proposer(cfg.proposer, self.task, cfg.target, self.hardware)
