@@ -8,11 +8,12 @@ request. The controller never knows the outputs lived on a GPU.
 Per call: inputs copied host -> device (once per input set), outputs and poison-initialized temporaries
 NaN-poisoned (0xA5 bytes for integers) on the device, the plan's launches run on the current stream, the
 whole device synchronized, outputs copied back to the output files.
-Timing: warm-up calls on the warm-up inputs; then per repeat, outside the clock: outputs re-poisoned and
-a buffer of max(flush_bytes, 2 x L2) bytes written (evicts L2); inside: the launch sequence between two
-CUDA events; the device synchronized before the elapsed time is read. The timed inputs rotate among up to
-``ROTATE`` device copies at distinct addresses (same data: the controller checks every timed call's
-output summary against the verified last one, so the data cannot differ).
+Timing (the loop is `ksearch.targets.gpu_timing`, shared with the triton target): warm-up calls on the
+warm-up inputs; then per repeat, outside the clock: outputs re-poisoned and a buffer of max(flush_bytes,
+2 x L2) bytes written (evicts L2); inside: the launch sequence between two CUDA events; the device
+synchronized before the elapsed time is read. The timed inputs rotate among up to ``gpu_timing.ROTATE``
+device copies at distinct addresses (same data: the controller checks every timed call's output summary
+against the verified last one, so the data cannot differ).
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ import numpy as np
 
 from ksearch.errors import KernelCompileError, TargetError
 from ksearch.targets.cuda_launch import LaunchPlan, PlanError, ResolvedLaunch, resolve, temporary_shape
+from ksearch.targets.gpu_timing import rotation_copies, timed_repeats, warm_up
 from ksearch.tasks.definition import Definition
 from ksearch.tasks.inputs import numpy_dtype
 
-ROTATE = 3
 _STATIC_SHARED_LIMIT = 48 * 1024
 
 
@@ -62,7 +63,7 @@ class CudaRunner:
         except Exception as e:  # a name expression that is not in the source, a bad option
             raise KernelCompileError(f"NVRTC ({self.arch}): {type(e).__name__}: {e} (kernels {names})") from None
         self._resolved: dict[tuple, list[ResolvedLaunch]] = {}
-        self._flush = None
+        self.clock = CupyClock(cp)
 
     # -- arguments --------------------------------------------------------------------------------
 
@@ -146,7 +147,7 @@ class CudaRunner:
         return np.int64(axes[name])
 
     def _sync(self) -> None:
-        self.cp.cuda.runtime.deviceSynchronize()  # device-wide: every stream, every grid
+        self.clock.sync()
 
     @staticmethod
     def _write_back(outputs: dict) -> None:
@@ -187,44 +188,46 @@ class CudaRunner:
         return [bad, total]
 
     def timed(self, refs: list[dict], warmup_refs: list[dict] | None, plan) -> tuple[list[float], list[list[float]]]:
-        """Warm-up, then timed repeats per ``plan`` (a TimingPlan). Returns (times in ms, output summaries)."""
-        cp = self.cp
+        """Warm-up, then timed repeats per ``plan`` (a TimingPlan; the loop: `gpu_timing`). Returns (times in
+        ms, output summaries)."""
         (warm_inputs,), warm_out, warm_temps, warm_axes = self._bind(warmup_refs or refs)
         warm_launches = self._launches(warm_axes)
-        for _ in range(plan.warmup):
-            self._poison(warm_out, warm_temps)
-            self._run(warm_launches, warm_inputs, warm_out, warm_temps, warm_axes)
-        self._sync()
+        warm_up(self.clock, plan, lambda: self._run(warm_launches, warm_inputs, warm_out, warm_temps, warm_axes),
+                lambda: self._poison(warm_out, warm_temps))
         del warm_inputs, warm_out, warm_temps
-        in_bytes = sum(int(np.prod(r["shape"])) * np.dtype(r["dtype"]).itemsize
-                       for r in refs if r["kind"] == "array" and not r["writable"])
-        free, _ = cp.cuda.runtime.memGetInfo()
-        copies = max(1, min(ROTATE, int(0.5 * free) // max(in_bytes, 1)))
-        sets, outputs, temps, axes = self._bind(refs, copies)
+        sets, outputs, temps, axes = self._bind(refs, rotation_copies(refs, self.clock.free_bytes()))
         launches = self._launches(axes)
-        flush_bytes = max(int(plan.flush_bytes), 2 * self.l2_bytes, 1 << 20)
-        if self._flush is None or self._flush.nbytes < flush_bytes:
-            self._flush = cp.empty(flush_bytes // 4, cp.float32)
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        times_ms: list[float] = []
-        sums: list[list[float]] = []
-        total_s = 0.0
-        while len(times_ms) < plan.max_repeats:
-            inputs = sets[len(times_ms) % len(sets)]
-            self._poison(outputs, temps)
-            self._flush.fill(float(len(times_ms)))  # evicts L2 (writes 2 x L2), outside the clock
-            self._sync()
-            start.record()
-            self._run(launches, inputs, outputs, temps, axes)
-            stop.record()
-            self._sync()  # device-wide, before the clock is read
-            dt_ms = cp.cuda.get_elapsed_time(start, stop)
-            times_ms.append(float(dt_ms))
-            sums.append(self._summary(outputs))
-            total_s += dt_ms * 1e-3
-            enough = len(times_ms) >= plan.min_repeats and total_s >= plan.min_time_s
-            out_of_time = total_s >= plan.max_time_s and len(times_ms) >= 3
-            if enough or out_of_time:
-                break
+        times_ms, sums = timed_repeats(
+            self.clock, plan, self.l2_bytes, len(sets),
+            call=lambda i: self._run(launches, sets[i], outputs, temps, axes),
+            poison=lambda: self._poison(outputs, temps), summary=lambda: self._summary(outputs))
         self._write_back(outputs)  # the last timed call's outputs: the controller verifies them
         return times_ms, sums
+
+
+class CupyClock:
+    """`gpu_timing.DeviceClock` through CuPy: CUDA events on the current stream, cudaDeviceSynchronize."""
+
+    def __init__(self, cp):
+        self.cp = cp
+        self._flush = None
+
+    def event(self):
+        return self.cp.cuda.Event()
+
+    def record(self, event) -> None:
+        event.record()
+
+    def elapsed_ms(self, start, stop) -> float:
+        return self.cp.cuda.get_elapsed_time(start, stop)
+
+    def sync(self) -> None:
+        self.cp.cuda.runtime.deviceSynchronize()  # device-wide: every stream, every grid
+
+    def flush(self, nbytes: int, value: float) -> None:
+        if self._flush is None or self._flush.nbytes < nbytes:
+            self._flush = self.cp.empty(nbytes // 4, self.cp.float32)
+        self._flush.fill(value)
+
+    def free_bytes(self) -> int:
+        return int(self.cp.cuda.runtime.memGetInfo()[0])

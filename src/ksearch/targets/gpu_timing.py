@@ -1,0 +1,95 @@
+"""GPU timing inside the worker, shared by the device targets (cuda through CuPy, triton through torch).
+
+One loop, whatever library owns the device, so every GPU target is timed by the same rules: warm-up calls on
+the warm-up inputs, then per repeat, outside the clock, the outputs re-poisoned and a buffer of
+max(flush_bytes, 2 x L2, 1 MiB) bytes written (evicts L2); inside the clock, the candidate's call between two
+events on the current stream; the whole device synchronized before the elapsed time is read. The timed
+inputs rotate among up to ``ROTATE`` device copies at distinct addresses (same data: the controller checks
+every timed call's output summary against the verified last one). Repeats stop as `TimingPlan` says.
+
+A target supplies a `DeviceClock` (events, device-wide synchronization, the flush buffer, free memory) and
+callbacks for its call, its poisoning and its output summary.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+ROTATE = 3
+
+
+class DeviceClock(Protocol):
+    """What the timing loop needs from the library that owns the device."""
+
+    def event(self) -> Any:
+        """A new timing event."""
+
+    def record(self, event: Any) -> None:
+        """Record ``event`` on the current stream."""
+
+    def elapsed_ms(self, start: Any, stop: Any) -> float:
+        """Milliseconds between two recorded, completed events."""
+
+    def sync(self) -> None:
+        """Wait for all work on the device (every stream)."""
+
+    def flush(self, nbytes: int, value: float) -> None:
+        """Write ``nbytes`` bytes of ``value`` to a buffer kept between calls (evicts L2)."""
+
+    def free_bytes(self) -> int:
+        """Free device memory, in bytes."""
+
+
+def input_bytes(refs: list[dict]) -> int:
+    """Bytes of the array inputs among ArgRefs (what one more device copy of the inputs costs)."""
+    return sum(int(np.prod(r["shape"])) * np.dtype(r["dtype"]).itemsize
+               for r in refs if r["kind"] == "array" and not r["writable"])
+
+
+def rotation_copies(refs: list[dict], free_bytes: int) -> int:
+    """How many device copies of the timed inputs to rotate through: up to ROTATE, within half the free memory."""
+    return max(1, min(ROTATE, int(0.5 * free_bytes) // max(input_bytes(refs), 1)))
+
+
+def flush_size(plan, l2_bytes: int) -> int:
+    """Bytes written between repeats: the plan's, at least twice the L2 and at least 1 MiB."""
+    return max(int(plan.flush_bytes), 2 * int(l2_bytes), 1 << 20)
+
+
+def warm_up(clock: DeviceClock, plan, call: Callable[[], None], poison: Callable[[], None], least: int = 0) -> None:
+    """``max(plan.warmup, least)`` calls on the warm-up inputs (outputs poisoned before each), then a device sync."""
+    for _ in range(max(plan.warmup, least)):
+        poison()
+        call()
+    clock.sync()
+
+
+def timed_repeats(clock: DeviceClock, plan, l2_bytes: int, n_sets: int, call: Callable[[int], None],
+                  poison: Callable[[], None], summary: Callable[[], list[float]]) -> tuple[list[float], list[list[float]]]:
+    """Timed repeats per ``plan`` (a TimingPlan): ``call(i)`` runs the candidate on input set ``i`` (of
+    ``n_sets``, rotated). Returns (times in ms, output summaries taken after each repeat, outside the clock)."""
+    nbytes = flush_size(plan, l2_bytes)
+    start, stop = clock.event(), clock.event()
+    times_ms: list[float] = []
+    sums: list[list[float]] = []
+    total_s = 0.0
+    while len(times_ms) < plan.max_repeats:
+        i = len(times_ms)
+        poison()
+        clock.flush(nbytes, float(i))  # evicts L2 (writes 2 x L2), outside the clock
+        clock.sync()
+        clock.record(start)
+        call(i % n_sets)
+        clock.record(stop)
+        clock.sync()  # device-wide, before the clock is read
+        dt_ms = float(clock.elapsed_ms(start, stop))
+        times_ms.append(dt_ms)
+        sums.append(summary())
+        total_s += dt_ms * 1e-3
+        enough = len(times_ms) >= plan.min_repeats and total_s >= plan.min_time_s
+        out_of_time = total_s >= plan.max_time_s and len(times_ms) >= 3
+        if enough or out_of_time:
+            break
+    return times_ms, sums
