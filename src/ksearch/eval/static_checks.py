@@ -9,13 +9,19 @@ Each rule is a regular expression matched against one *view* of the candidate:
 - ``definitions``: the names of the functions the candidate defines at file scope, one per line;
 - ``includes``: files the preprocessor pulled in that are neither the candidate's own nor system headers.
 
+Python sources (``*.py``, the triton target) get the same views from Python's tokenizer (`strip_py`): ``#``
+comments removed, string contents blanked in ``code`` (an f-string's expressions stay visible), backslash
+line continuations joined; ``definitions`` are the module's top-level ``def`` names.
+
 A match is a `Finding` (rule, file, line, the line's text, the reason); the evaluator rejects the candidate
 with the first one. The checks are a first line, not the only one: the sandbox contains what they miss.
 """
 
 from __future__ import annotations
 
+import io
 import re
+import tokenize
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -128,6 +134,51 @@ def strip_c(source: str, keep_strings: bool) -> str:
     return "".join(out)
 
 
+def strip_py(source: str, keep_strings: bool) -> str:
+    """Python ``source`` with ``#`` comments blanked and, unless ``keep_strings``, the contents of string
+    literals blanked (quotes and prefixes kept; an f-string's expressions kept: before Python 3.12 an f-string
+    is one token, kept whole). A backslash that continues a line becomes a space, so ``torch.\\<newline>x``
+    reads as ``torch. x``. Line and column positions are unchanged. Source the tokenizer refuses is returned
+    as it is (the compile step reports it)."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return source
+    starts = [0]
+    for line in source.split("\n"):
+        starts.append(starts[-1] + len(line) + 1)
+    chars = list(source)
+
+    def blank(start: tuple[int, int], end: tuple[int, int]) -> None:
+        for i in range(starts[start[0] - 1] + start[1], min(starts[end[0] - 1] + end[1], len(chars))):
+            if chars[i] != "\n":
+                chars[i] = " "
+
+    middle = getattr(tokenize, "FSTRING_MIDDLE", None)
+    for tok in tokens:
+        if tok.type == tokenize.COMMENT:
+            blank(tok.start, tok.end)
+        elif keep_strings:
+            continue
+        elif tok.type == tokenize.STRING:
+            m = re.match(r"([A-Za-z]*)('''|\"\"\"|'|\")", tok.string)
+            if m is None or "f" in m.group(1).lower():
+                continue
+            head, quote = len(m.group(0)), len(m.group(2))
+            if len(tok.string) < head + quote:
+                continue
+            s_row, s_col = tok.start
+            e_row, e_col = tok.end
+            blank((s_row, s_col + head), (e_row, e_col - quote))
+        elif middle is not None and tok.type == middle:
+            blank(tok.start, tok.end)
+    return re.sub(r"\\(?=\r?\n)", " ", "".join(chars))
+
+
+def _is_python(name: str) -> bool:
+    return name.endswith(".py")
+
+
 def _numbered(text: str) -> Lines:
     return [(i + 1, line) for i, line in enumerate(text.split("\n"))]
 
@@ -183,16 +234,23 @@ Expander = Callable[[Candidate], "tuple[dict[str, Lines], dict[str, Lines]] | No
 
 
 def views(candidate: Candidate, expand: Expander | None = None) -> Views:
-    text = {name: _numbered(strip_c(src, keep_strings=True)) for name, src in candidate.sources.items()}
+    def stripped(name: str, src: str, keep_strings: bool) -> Lines:
+        return _numbered((strip_py if _is_python(name) else strip_c)(src, keep_strings=keep_strings))
+
+    text = {name: stripped(name, src, True) for name, src in candidate.sources.items()}
     expanded = expand(candidate) if expand is not None else None
     if expanded is None:
-        code = {name: _numbered(strip_c(src, keep_strings=False)) for name, src in candidate.sources.items()}
+        code = {name: stripped(name, src, False) for name, src in candidate.sources.items()}
         includes: dict[str, Lines] = {}
     else:
         pre, includes = expanded
         code = {name: [(ln, strip_c(t, keep_strings=False)) for ln, t in lines] for name, lines in pre.items()}
     definitions = {}
     for name, lines in code.items():
+        if _is_python(name):
+            definitions[name] = [(ln, m.group(1)) for ln, t in lines for m in [re.match(r"(?:async\s+)?def\s+(\w+)", t)]
+                                 if m]
+            continue
         joined = "\n".join(t for _, t in lines)
         definitions[name] = [(lines[i - 1][0] if 0 < i <= len(lines) else i, fn)
                              for i, fn in defined_functions(joined)]
