@@ -24,6 +24,11 @@ class KernelCompileError(TargetError):
     the worker, which owns the GPU); the message is the compiler's log. Reported as COMPILE_ERROR."""
 
 
+class KernelRejected(TargetError):
+    """A defense inside the worker caught the candidate (the triton target: torch computing on the GPU, a
+    patched clock or stream); the message says what. Reported as REJECTED."""
+
+
 class HardwareError(KsearchError):
     """The hardware spec could not be detected, measured or loaded."""
 

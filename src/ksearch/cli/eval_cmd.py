@@ -10,11 +10,12 @@ import typer
 from rich.console import Console
 
 from ksearch.cli.options import positive_seconds
-from ksearch.errors import TaskError
+from ksearch.errors import TargetError, TaskError
 from ksearch.eval.evaluator import EvalConfig, Evaluator
 from ksearch.eval.records import Candidate
 from ksearch.eval.sandbox import Policy
 from ksearch.report.tables import ceilings_lines, evaluation_json, evaluation_table, wide_console
+from ksearch.targets import get_target
 from ksearch.tasks import load_task
 
 console = Console(stderr=True)
@@ -22,8 +23,8 @@ console = Console(stderr=True)
 
 def eval_command(
     task: str = typer.Argument(..., help="Built-in task name, task directory or definition file."),
-    kernel: Path = typer.Argument(..., help="Kernel source file (.c/.cpp for the cpu target)."),
-    target: str = typer.Option("cpu", help="Target that compiles and runs the kernel."),
+    kernel: Path = typer.Argument(..., help="Kernel source file (.c/.cpp for cpu, .cu for cuda, .py for triton)."),
+    target: str = typer.Option("cpu", help="Target that compiles and runs the kernel: cpu, cuda or triton."),
     workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all)."),
     seeds: int = typer.Option(3, min=1, help="Correctness checks per workload, each on fresh random inputs."),
     seed: int | None = typer.Option(None, min=0, help="Base seed for the inputs (default: fresh random)."),
@@ -48,12 +49,16 @@ def eval_command(
         raise TaskError(f"kernel file {kernel} is not UTF-8 text (byte {e.start}: {e.reason})") from None
     names = [n.strip() for n in workloads.split(",") if n.strip()] or None
     selected = t.select(names)
+    if target != "cpu":  # a GPU target says what is missing (torch, triton, cupy, a device) before anything runs
+        why = get_target(target).available()
+        if why:
+            raise TargetError(f"target {target!r} is not available here: {why}")
     from ksearch.hardware.cache import spec_for_target
 
     if not as_json:
         console.print("[dim]hardware: loading the cached spec (first use measures the ceilings, ~10 s)…[/]")
     hardware = spec_for_target(target)
-    plan = _launch_plan(kernel, launch) if target != "cpu" else {}
+    plan = _launch_plan(kernel, launch) if target == "cuda" else {}
     if namespaces not in ("auto", "no-user", "off"):
         raise TaskError(f"--namespaces must be auto, no-user or off, not {namespaces!r}")
     base = secrets.randbits(62) if seed is None else seed

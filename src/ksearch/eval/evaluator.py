@@ -41,6 +41,10 @@ from ksearch.tasks.definition import Definition, Workload
 from ksearch.tasks.inputs import numpy_dtype, to_float64
 from ksearch.tasks.loader import Task
 
+#: targets whose worker needs the GPU (Policy.gpu; namespaces and seccomp off, see `_start_worker`)
+GPU_TARGETS = ("cuda", "triton")
+
+
 @dataclass
 class EvalConfig:
     """Knobs of the judge. ``seeds``: one correctness check per seed per workload (fresh inputs each);
@@ -113,7 +117,7 @@ class Evaluator:
     def naive_candidate(self) -> Candidate:
         """The task's naive kernel for this target. Raises KeyError when the task ships none."""
         source = self.task.naive_sources[self.target.name]
-        name = {"cuda": "kernel.cu"}.get(self.target.name, "kernel.c")
+        name = {"cuda": "kernel.cu", "triton": "kernel.py"}.get(self.target.name, "kernel.c")
         launch = getattr(self.task, "naive_launch", {}).get(self.target.name, {})
         return Candidate(target=self.target.name, sources={name: source}, launch=launch, meta={"role": "naive"})
 
@@ -208,12 +212,11 @@ class Evaluator:
                         continue
                     ev.sandbox = _sandbox_summary(reply.get("sandbox") or {})
                     if not reply.get("ok"):
-                        late_compile = reply.get("status") == Status.COMPILE_ERROR.value  # cuda: NVRTC in the worker
-                        if late_compile:
+                        status = _failure_status(reply)  # COMPILE_ERROR: cuda's NVRTC, triton's import
+                        if status is Status.COMPILE_ERROR:
                             ev.compile_log = str(reply.get("error", ""))
-                        ev.workloads.append(WorkloadResult(
-                            workload=wl.label, status=Status.COMPILE_ERROR if late_compile else Status.RUNTIME_ERROR,
-                            message=reply.get("error", "load failed")))
+                        ev.workloads.append(WorkloadResult(workload=wl.label, status=status,
+                                                           message=reply.get("error", "load failed")))
                         continue
                 timed = timing if isinstance(timing, bool) else wl.purpose == timing
                 result = self._run_one(worker, wl, timed, scratch)
@@ -233,11 +236,12 @@ class Evaluator:
         for path in outs:
             path.touch()
         policy = self.config.sandbox
-        if self.target.name == "cuda" and not policy.gpu:  # the worker must reach the GPU's device nodes
+        if self.target.name in GPU_TARGETS and not policy.gpu:  # the worker must reach the GPU's device nodes
             # Measured on the H200 (2026-11-29, bench/gpu/diag_cuda_worker.py --workers): CUDA initialises
             # only with the namespaces off AND seccomp off (either one alone gives cudaErrorOperatingSystem
             # at cudaGetDevice). Until the jail learns what the driver needs, GPU workers run with rlimits, a
-            # scrubbed environment, no capabilities and no new privileges only (docs/evaluation.md).
+            # scrubbed environment, no capabilities and no new privileges only (docs/evaluation.md). triton
+            # needs seccomp off regardless: Triton's JIT runs ptxas and the C compiler as subprocesses.
             policy = policy.model_copy(update={"gpu": True, "namespaces": "off", "seccomp": False})
         if policy.cpu_s is None:
             policy = policy.model_copy(update={"cpu_s": self._cpu_limit_s(n_workloads)})
@@ -385,7 +389,7 @@ class Evaluator:
         except ProtocolViolation as e:
             return Status.REJECTED, str(e)
         if not reply.get("ok"):
-            return Status.RUNTIME_ERROR, reply.get("error", "call failed")
+            return _failure_status(reply), reply.get("error", "call failed")
         return Status.PASSED, ""
 
     def _time(self, worker, args, warmup_args, plan: TimingPlan,
@@ -403,7 +407,7 @@ class Evaluator:
         times, sums = reply.get("times_ms"), reply.get("sums")
         wall_ms = (time.perf_counter() - t0) * 1e3
         if not reply.get("ok") or not times or not isinstance(sums, list) or len(sums) != len(times):
-            return [], [], Status.RUNTIME_ERROR, reply.get("error", "timing failed")
+            return [], [], _failure_status(reply), reply.get("error", "timing failed")
         times = [float(t) for t in times]
         if min(times) <= 0 or sum(times) > wall_ms * 1.01 + 1.0:  # the worker's clock is not to be trusted
             return [], [], Status.REJECTED, (f"impossible timings: {len(times)} calls reported {sum(times):.4g} ms "
@@ -442,6 +446,13 @@ def _uneven_timed_outputs(sums: list[list[float]], rtol: float = 1e-3) -> str:
             return (f"timed call {i + 1} of {len(sums)} produced other outputs than the verified last one "
                     f"(sum |x| {float(total):.6g} vs {last:.6g})")
     return ""
+
+
+def _failure_status(reply: dict) -> Status:
+    """A failed call's status: RUNTIME_ERROR, unless the worker's runner said COMPILE_ERROR (Triton compiles at
+    the first call) or REJECTED (a defense in the worker caught the kernel). Nothing better can be claimed."""
+    status = reply.get("status")
+    return Status(status) if status in (Status.COMPILE_ERROR.value, Status.REJECTED.value) else Status.RUNTIME_ERROR
 
 
 def _sandbox_summary(report: dict) -> dict:

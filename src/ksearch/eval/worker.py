@@ -123,7 +123,7 @@ def _main() -> int:
     os.dup2(devnull, 0)
     os.dup2(2, 1)
 
-    from ksearch.errors import KernelCompileError
+    from ksearch.errors import KernelCompileError, KernelRejected
     from ksearch.eval.protocol import TimingPlan
     from ksearch.eval.records import Candidate
     from ksearch.targets import get_target
@@ -205,6 +205,10 @@ def _main() -> int:
                 reply({"ok": True, "times_ms": times_ms, "sums": sums})
             else:
                 reply({"ok": False, "error": f"unknown op {op!r}"})
+        except (KernelCompileError, KernelRejected) as e:  # a device runner's verdict on a call (triton: Triton
+            #                                                 compiles at the first call; the torch guard)
+            status = "COMPILE_ERROR" if isinstance(e, KernelCompileError) else "REJECTED"
+            reply({"ok": False, "status": status, "error": str(e)})
         except Exception as e:  # infrastructure or loading problems: reported, the controller decides
             traceback.print_exc()  # into the worker's stderr file, for whoever debugs the target
             reply({"ok": False, "error": f"{type(e).__name__}: {e}"})

@@ -77,9 +77,10 @@ def load_or_measure(refresh: bool = False, *, seconds_per_probe: float = 0.5) ->
 
 
 def spec_for_target(target: str) -> HardwareSpec:
-    """The spec a target's roofline comes from: the local GPU's for ``cuda``, else the local CPU's (measured
-    once, then cached). Raises HardwareError (or TargetError for a GPU without CuPy) naming what is missing."""
-    if target == "cuda":
+    """The spec a target's roofline comes from: the local GPU's for ``cuda`` and ``triton`` (measured with CuPy
+    probes), else the local CPU's (measured once, then cached). Raises HardwareError (or TargetError for a GPU
+    without CuPy) naming what is missing."""
+    if target in ("cuda", "triton"):
         from ksearch.hardware.gpu import load_or_measure_gpu
 
         return load_or_measure_gpu()

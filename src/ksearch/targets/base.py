@@ -39,7 +39,7 @@ class Target(Protocol):
 
 
 def target_names() -> list[str]:
-    return ["cpu", "cuda"]
+    return ["cpu", "cuda", "triton"]
 
 
 def get_target(name: str) -> Target:
@@ -52,4 +52,8 @@ def get_target(name: str) -> Target:
         from ksearch.targets.cuda import CudaTarget
 
         return CudaTarget()
+    if name == "triton":
+        from ksearch.targets.triton import TritonTarget
+
+        return TritonTarget()
     raise TargetError(f"unknown target {name!r}; known: {', '.join(target_names())}")
