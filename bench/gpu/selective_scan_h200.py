@@ -54,6 +54,12 @@ CUDA_PATHS = [
     ("warp-lanes 8x8w", {"family": "warp-lanes", **FAST}, {"lanes": 8, "warps": 8}),
     ("warp-lanes 16x4w", {"family": "warp-lanes", **FAST}, {"lanes": 16, "warps": 4}),
     ("warp-lanes 8x2w", {"family": "warp-lanes", **FAST}, {"lanes": 8, "warps": 2}),
+] + [
+    (f"warp-chunks {ni}i {nw}w {su}u {bc}", {"family": "warp-chunks", **FAST, "bc_tiles": bc},
+     {"items_per_thread": ni, "warps": nw, "state_unroll": su})
+    for ni, nw, su, bc in [(8, 4, 1, "smem"), (8, 4, 2, "smem"), (8, 2, 1, "smem"), (8, 8, 1, "smem"),
+                           (16, 4, 1, "smem"), (16, 2, 1, "smem"), (16, 4, 2, "smem"), (4, 4, 1, "smem"),
+                           (4, 8, 1, "smem"), (4, 8, 2, "smem"), (8, 4, 1, "l1"), (8, 4, 2, "l1")]
 ]
 TRITON_PATHS = [
     ("triton assoc 4x64", {}, {"block_d": 4, "block_l": 64, "num_warps": 4}),
@@ -130,8 +136,11 @@ class CudaCandidate:
             if "when" in l and not eval_expr(l["when"], axes):
                 continue
             args = tuple(np.int64(axes[a]) if a in axes else np.uint64(names[a].data_ptr()) for a in l["args"])
+            shared = eval_expr(l.get("shared_bytes", 0), axes)
+            if shared > 48 * 1024 and fn.max_dynamic_shared_size_bytes < shared:   # opt in past 48 KB, as the judge does
+                fn.max_dynamic_shared_size_bytes = shared
             calls.append((fn, tuple(eval_expr(g, axes) for g in l["grid"]), tuple(eval_expr(b, axes) for b in l["block"]),
-                          args, eval_expr(l.get("shared_bytes", 0), axes)))
+                          args, shared))
 
         def launch():
             for fn, grid, block, args, smem in calls:
@@ -448,7 +457,7 @@ def main(argv=None) -> int:
         baselines["selective_scan_ref"] = mref
 
     check_sets = [make_inputs(2, 37, 5, 333, seed=1), make_inputs(1, DIM, DSTATE, 512, seed=2),
-                  make_inputs(2, DIM, DSTATE, 1000, seed=3)]
+                  make_inputs(2, DIM, DSTATE, 1000, seed=3), make_inputs(1, 64, 64, 1024, seed=4)]
     refs = [reference_f64(*x) for x in check_sets]
     say("float64 references ready; checking")
     for label, impl in {**impls, **baselines}.items():

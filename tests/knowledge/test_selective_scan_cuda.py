@@ -43,7 +43,7 @@ def _paths(pack, n_sampled=6, seed=0):
 
 def test_families_render_with_launch_plans(packdef):
     pack, definition = packdef
-    assert [f.id for f in pack.families] == ["naive", "block-scan", "warp-lanes"]
+    assert [f.id for f in pack.families] == ["naive", "block-scan", "warp-lanes", "warp-chunks"]
     for choices, knobs in _paths(pack):
         k = pack.render(definition, choices, knobs)
         assert list(k.sources) == ["kernel.cu"]
