@@ -22,6 +22,7 @@ import numpy as np
 
 from ksearch.errors import KernelCompileError, TargetError
 from ksearch.targets.cuda_launch import LaunchPlan, PlanError, ResolvedLaunch, resolve, temporary_shape
+from ksearch.targets.cuda_judge_kernels import JudgeKernels
 from ksearch.targets.gpu_timing import rotation_copies, timed_repeats, warm_up
 from ksearch.tasks.definition import Definition
 from ksearch.tasks.inputs import numpy_dtype
@@ -63,6 +64,7 @@ class CudaRunner:
         except Exception as e:  # a name expression that is not in the source, a bad option
             raise KernelCompileError(f"NVRTC ({self.arch}): {type(e).__name__}: {e} (kernels {names})") from None
         self._resolved: dict[tuple, list[ResolvedLaunch]] = {}
+        self.judge = JudgeKernels(cp)  # poisoning, summaries, comparisons: no CuPy JIT kernels per worker
         self.clock = CupyClock(cp)
 
     # -- arguments --------------------------------------------------------------------------------
@@ -113,22 +115,18 @@ class CudaRunner:
     # -- one call ---------------------------------------------------------------------------------
 
     def _poison(self, outputs: dict, temps: dict) -> None:
+        """Outputs and poison-initialised temporaries: floats to NaN, other dtypes to the byte 0xA5 (memsets)."""
         arrays = [a for a, _ in outputs.values()]
         arrays += [temps[n] for n, t in self.plan.temporaries.items() if t.init == "poison"]
         for a in arrays:
-            if a.size == 0:
-                continue
-            if a.dtype.kind == "f":
-                a.fill(np.nan)
-            else:
-                a.view(np.uint8).fill(0xA5)
+            self.judge.poison(a)
 
     def _run(self, launches: list[ResolvedLaunch], inputs: dict, outputs: dict, temps: dict,
              axes: dict[str, int]) -> None:
         """The launch sequence (what the clock measures): zero-init temporaries, then every launch."""
         for name, tmp in self.plan.temporaries.items():
             if tmp.init == "zero" and temps[name].size:
-                temps[name].fill(0)
+                self.judge.fill_bytes(temps[name], 0)
         for launch in launches:
             fn = self.functions[launch.kernel]
             if launch.shared_bytes > _STATIC_SHARED_LIMIT and fn.max_dynamic_shared_size_bytes < launch.shared_bytes:
@@ -173,19 +171,7 @@ class CudaRunner:
 
     def _summary(self, outputs: dict) -> list[float]:
         """[non-finite count, sum of |x| over finite values] of all outputs, as the cpu worker computes it."""
-        cp = self.cp
-        bad, total = 0, 0.0
-        for arr, _ in outputs.values():
-            if arr.size == 0:
-                continue
-            if arr.dtype.kind == "f":
-                x = arr.astype(cp.float64)
-                finite = cp.isfinite(x)
-                bad += int(arr.size - int(cp.count_nonzero(finite)))
-                total += float(cp.where(finite, cp.abs(x), 0.0).sum())
-            else:
-                total += float(arr.astype(cp.float64).sum())
-        return [bad, total]
+        return self.judge.summary([arr for arr, _ in outputs.values()])
 
     def timed(self, refs: list[dict], warmup_refs: list[dict] | None, plan) -> tuple[list[float], list[list[float]]]:
         """Warm-up, then timed repeats per ``plan`` (a TimingPlan; the loop: `gpu_timing`). Returns (times in
@@ -227,7 +213,8 @@ class CupyClock:
     def flush(self, nbytes: int, value: float) -> None:
         if self._flush is None or self._flush.nbytes < nbytes:
             self._flush = self.cp.empty(nbytes // 4, self.cp.float32)
-        self._flush.fill(value)
+        # a memset (no CuPy JIT kernel to compile per worker); the byte changes with the repeat's value
+        self._flush.data.memset_async((int(value) * 37 + 1) & 0xFF, self._flush.nbytes)
 
     def free_bytes(self) -> int:
         return int(self.cp.cuda.runtime.memGetInfo()[0])

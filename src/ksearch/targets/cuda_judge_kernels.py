@@ -1,0 +1,117 @@
+"""The judge's own device work in a GPU worker, without CuPy's JIT kernels.
+
+CuPy compiles an elementwise or reduction kernel with NVRTC the first time a process uses it (per dtype, and
+for reductions per launch configuration), and GPU workers keep CuPy's kernel cache private (a hostile
+candidate must not be able to overwrite a binary another worker loads; `ksearch.targets.cuda`). So every
+worker paid those compiles again: the poisoning fill, the summaries of the timed outputs (astype, isfinite,
+count_nonzero, where, abs, sum) and the input-integrity comparison (array_equal), ~1-4 s per evaluation
+measured on the H200 (bench/gpu/eval_profile.py, 2026-11-30). Here they are memsets plus one small module of
+our own kernels, compiled once per worker (one NVRTC call).
+
+All calls run on CuPy's current stream; results that come back to the host synchronize it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_SOURCE = r"""
+#include <cuda_fp16.h>
+__device__ __forceinline__ double as_double(float x) { return (double)x; }
+__device__ __forceinline__ double as_double(double x) { return x; }
+__device__ __forceinline__ double as_double(__half x) { return (double)__half2float(x); }
+
+// acc[0] += number of non-finite elements, acc[1] += sum of |x| over the finite ones (as doubles)
+template <typename T>
+__device__ void summary(const T *__restrict__ x, long long n, unsigned long long *cnt, double *acc) {
+    unsigned long long bad = 0;
+    double total = 0.0;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        const double v = as_double(x[i]);
+        if (isfinite(v)) total += fabs(v); else ++bad;
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        bad += __shfl_down_sync(0xffffffffu, bad, off);
+        total += __shfl_down_sync(0xffffffffu, total, off);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        if (bad) atomicAdd(cnt, bad);
+        atomicAdd(acc, total);
+    }
+}
+extern "C" __global__ void ks_summary_f16(const __half *x, long long n, unsigned long long *cnt, double *acc) { summary(x, n, cnt, acc); }
+extern "C" __global__ void ks_summary_f32(const float *x, long long n, unsigned long long *cnt, double *acc) { summary(x, n, cnt, acc); }
+extern "C" __global__ void ks_summary_f64(const double *x, long long n, unsigned long long *cnt, double *acc) { summary(x, n, cnt, acc); }
+
+// *diff |= 1 where two byte arrays differ
+extern "C" __global__ void ks_bytes_differ(const unsigned char *a, const unsigned char *b, long long n, int *diff) {
+    int d = 0;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        d |= a[i] != b[i];
+    if (__any_sync(0xffffffffu, d) && (threadIdx.x & 31) == 0) atomicOr(diff, 1);
+}
+"""
+
+_SUMMARY = {"float16": "ks_summary_f16", "float32": "ks_summary_f32", "float64": "ks_summary_f64"}
+_THREADS = 256
+
+
+class JudgeKernels:
+    """Poisoning, output summaries and input comparisons for one worker's device (CuPy arrays)."""
+
+    def __init__(self, cp: Any):
+        self.cp = cp
+        self._module = None
+        self._scratch = None
+
+    def _fn(self, name: str):
+        if self._module is None:
+            self._module = self.cp.RawModule(code=_SOURCE, options=("-std=c++17",))
+        return self._module.get_function(name)
+
+    def _grid(self, n: int) -> int:
+        sms = self.cp.cuda.Device().attributes["MultiProcessorCount"]
+        return max(1, min(4 * sms, (n + _THREADS - 1) // _THREADS))
+
+    def fill_bytes(self, arr, byte: int) -> None:
+        """Every byte of ``arr`` set to ``byte`` (0xFF makes float16/32/64 elements NaN)."""
+        if arr.nbytes:
+            arr.data.memset_async(int(byte) & 0xFF, arr.nbytes)
+
+    def poison(self, arr) -> None:
+        """Floats to NaN (all-ones bits), other dtypes to the byte 0xA5."""
+        self.fill_bytes(arr, 0xFF if arr.dtype.kind == "f" else 0xA5)
+
+    def summary(self, arrays) -> list[float]:
+        """[non-finite element count, sum of |x| over the finite ones] over ``arrays`` (floats; other dtypes
+        count their sum as float64 through CuPy, which no built-in task has)."""
+        cp = self.cp
+        if self._scratch is None:
+            self._scratch = cp.zeros(2, cp.uint64)
+        self._scratch.data.memset_async(0, self._scratch.nbytes)
+        cnt = self._scratch[0:1]
+        acc = self._scratch[1:2].view(cp.float64)
+        extra = 0.0
+        for arr in arrays:
+            if arr.size == 0:
+                continue
+            name = _SUMMARY.get(arr.dtype.name)
+            if name is None:
+                extra += float(arr.astype(cp.float64).sum())
+                continue
+            x = cp.ascontiguousarray(arr)
+            self._fn(name)((self._grid(x.size),), (_THREADS,), (x, cp.int64(x.size), cnt, acc))
+        host = self._scratch.get()
+        return [float(int(host[0])), float(host[1:2].view("float64")[0]) + extra]
+
+    def equal_bytes(self, a, b) -> bool:
+        """True when two device arrays hold the same bytes (same size assumed)."""
+        cp = self.cp
+        if a.nbytes != b.nbytes:
+            return False
+        if a.nbytes == 0:
+            return True
+        flag = cp.zeros(1, cp.int32)
+        av, bv = cp.ascontiguousarray(a).view(cp.uint8), cp.ascontiguousarray(b).view(cp.uint8)
+        self._fn("ks_bytes_differ")((self._grid(av.size),), (_THREADS,), (av, bv, cp.int64(av.size), flag))
+        return int(flag.get()[0]) == 0
