@@ -143,13 +143,20 @@ def _int(expr: Expr, axes: dict[str, int], where: str, least: int) -> int:
     return value
 
 
+#: CUDA's limits on grid and block dimensions (x, y, z), the same on every device since compute capability 3.0
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_BLOCK = (1024, 1024, 64)
+
+
 def resolve(plan: LaunchPlan, definition: Definition, axes: dict[str, int],
-            max_threads_per_block: int = 1024) -> list[ResolvedLaunch]:
+            max_threads_per_block: int = 1024, max_shared_bytes: int | None = None) -> list[ResolvedLaunch]:
     """The launches that run for these axis values, every expression evaluated.
 
     Raises:
-        PlanError: a dimension that is not a positive integer, a block over ``max_threads_per_block``, a
-            condition that does not evaluate; the message names the launch and the field.
+        PlanError: a dimension that is not a positive integer or is over CUDA's limit (`MAX_GRID`,
+            `MAX_BLOCK`), a block over ``max_threads_per_block``, dynamic shared memory over
+            ``max_shared_bytes`` (None: not checked), a condition that does not evaluate; the message names
+            the launch and the field.
     """
     out = []
     for i, launch in enumerate(plan.launches):
@@ -167,7 +174,14 @@ def resolve(plan: LaunchPlan, definition: Definition, axes: dict[str, int],
         if math.prod(block) > max_threads_per_block:
             raise PlanError(f"{where}.block: {block} is {math.prod(block)} threads, over the device's "
                             f"{max_threads_per_block} per block")
+        for field, dims, limits in (("grid", grid, MAX_GRID), ("block", block, MAX_BLOCK)):
+            for j, (n, most) in enumerate(zip(dims, limits)):
+                if n > most:
+                    raise PlanError(f"{where}.{field}.{j}: {n} for axes {axes}, over CUDA's limit of {most}")
         shared = _int(launch.shared_bytes, axes, f"{where}.shared_bytes", 0)
+        if max_shared_bytes is not None and shared > max_shared_bytes:
+            raise PlanError(f"{where}.shared_bytes: {shared} bytes for axes {axes}, over the device's "
+                            f"{max_shared_bytes} per block")
         args = tuple(launch.args) if launch.args is not None else default_args(definition)
         out.append(ResolvedLaunch(launch.kernel, tuple(grid), tuple(block), shared, args))
     return out
