@@ -3,9 +3,11 @@
 The controller's side (`CudaTarget.compile`) checks the launch plan and the NVRTC options and writes the
 candidate (sources, options, plan) to ``$KSEARCH_HOME/cache/cuda/<candidate id>.json``, the artifact the
 worker loads; it needs neither CuPy nor a GPU. The worker (`CudaTarget.load`, inside the sandbox) compiles
-with NVRTC for its device's architecture and returns a `ksearch.targets.cuda_runtime.CudaRunner`: the worker
-owns the CUDA context, so compiling there needs no second context. An NVRTC failure raises
-KernelCompileError, which the judge reports as COMPILE_ERROR with the NVRTC log.
+with NVRTC for its device's architecture and returns a `ksearch.targets.cuda_runtime.CudaRunner` (a
+`ksearch.targets.cuda_checks.CheckedRunner`): the worker owns the CUDA context, so compiling there needs no
+second context. An NVRTC failure raises KernelCompileError, which the judge reports as COMPILE_ERROR with the
+NVRTC log; a module that keeps state between calls, or a kernel that writes its device inputs, raises
+KernelRejected (REJECTED; see `cuda_checks`).
 
 Compiled modules are cached by CuPy (key: source + options + arch + NVRTC version) in the worker's own
 scratch home (``CUPY_CACHE_DIR``), not in a directory shared between workers: a hostile candidate could
@@ -93,14 +95,18 @@ class CudaTarget:
         return CompileResult(True, artifact, "(NVRTC compiles in the worker)", time.perf_counter() - t0)
 
     def load(self, artifact: Path, candidate: Candidate, definition: Definition):
-        """Inside the worker: compile with NVRTC and return a CudaRunner.
+        """Inside the worker: compile with NVRTC, check the module for state (`cuda_checks`) and return a
+        runner that also checks, after every call, that the kernel left its device inputs alone.
 
         Raises:
             KernelCompileError: NVRTC refused the source, or a kernel of the plan is not in it.
+            KernelRejected: the compiled module keeps state between calls (global variables, device heap).
             TargetError: CuPy or the device is missing.
         """
-        from ksearch.targets.cuda_runtime import CudaRunner
+        from ksearch.targets.cuda_checks import CheckedRunner, check_module
 
         payload = json.loads(Path(artifact).read_text())
         plan = parse_plan(payload["launch"], definition)
-        return CudaRunner(payload["source"], payload["options"], plan, definition)
+        runner = CheckedRunner(payload["source"], payload["options"], plan, definition)
+        check_module(payload["source"], payload["options"], plan.kernel_names())
+        return runner
