@@ -105,6 +105,8 @@ def test_compile_refuses_a_syntax_error_with_file_line_and_caret(task):
 
 @pytest.mark.parametrize("src, msg", [
     ("x = 1\n", "defines no function 'run' at module level"),
+    ("x = " + "+".join(["1"] * 200_000) + "\n", "not compilable Python: RecursionError"),
+    ("x = 1\0\n", "null bytes"),
     ("def run(u, delta):\n    pass\n", "'run' takes 2 positional parameters; the judge calls it with 10"),
     ("def run(*args, out):\n    pass\n", "required keyword-only parameters ['out']"),
     ("async def run(*args):\n    pass\n", "coroutine"),

@@ -110,8 +110,9 @@ class TritonTarget:
             tree = ast.parse(source, name)
         except SyntaxError as e:
             return CompileResult(False, None, _syntax_message(e, name), time.perf_counter() - t0)
-        except ValueError as e:  # NUL bytes in the source
-            return CompileResult(False, None, f"{name}: not compilable Python: {e}", time.perf_counter() - t0)
+        except (ValueError, RecursionError, MemoryError) as e:  # NUL bytes; expressions nested too deep
+            return CompileResult(False, None, f"{name}: not compilable Python: {type(e).__name__}: {e}",
+                                 time.perf_counter() - t0)
         abi = list(definition.inputs) + list(definition.outputs)
         problem = entry_arity_problem(tree, candidate.entry_point, len(abi), abi)
         if problem:
@@ -142,7 +143,7 @@ class TritonTarget:
 
 
 def _syntax_message(e: SyntaxError, name: str) -> str:
-    where = f"{name}:{e.lineno}" + (f":{e.offset}" if e.offset else "")
+    where = name + (f":{e.lineno}" if e.lineno else "") + (f":{e.offset}" if e.lineno and e.offset else "")
     text = (e.text or "").rstrip("\n")
     caret = f"\n    {text}\n    {' ' * max(0, (e.offset or 1) - 1)}^" if text else ""
     return f"{where}: {type(e).__name__}: {e.msg}{caret}"
