@@ -59,7 +59,7 @@ CUDA_PATHS = [
      {"items_per_thread": ni, "warps": nw, "state_unroll": su})
     for ni, nw, su, bc in [(8, 4, 1, "smem"), (8, 4, 2, "smem"), (8, 2, 1, "smem"), (8, 8, 1, "smem"),
                            (16, 4, 1, "smem"), (16, 2, 1, "smem"), (16, 4, 2, "smem"), (4, 4, 1, "smem"),
-                           (4, 8, 1, "smem"), (4, 8, 2, "smem"), (8, 4, 1, "l1"), (8, 4, 2, "l1")]
+                           (4, 8, 1, "smem"), (4, 8, 2, "smem"), (8, 8, 2, "smem"), (8, 4, 1, "l1"), (8, 4, 2, "l1")]
 ]
 TRITON_PATHS = [
     ("triton assoc 4x64", {}, {"block_d": 4, "block_l": 64, "num_warps": 4}),
