@@ -51,3 +51,17 @@ class SearchError(KsearchError):
 
 class ConfigError(KsearchError):
     """A setting is unusable (e.g. ``KSEARCH_HOME`` names a directory that cannot be created)."""
+
+
+class LLMError(KsearchError):
+    """A language-model call failed in a way the proposer cannot recover from by asking again."""
+
+
+class LLMUnavailable(LLMError):
+    """The model endpoint stayed down (connection errors, 429/5xx, timeouts) after every retry. The run stops
+    cleanly and is resumable."""
+
+
+class LLMBudgetExhausted(LLMError):
+    """A run's --max-cost or --max-tokens is reached. The run stops cleanly and is resumable with a larger
+    limit."""

@@ -1,0 +1,106 @@
+"""The contract between the llm proposer and the model backends, as plain records.
+
+A `Backend` turns a list of `Message` into one `LLMReply` (text, token usage, latency) or raises:
+`TransientLLMError` for what a retry may cure (HTTP 429, 5xx, timeouts, connection resets), `LLMError` for
+what it will not (401, a bad request, an unknown model). Backends do no retrying, pricing or logging: the
+`ksearch.llm.client.LLMClient` wraps one backend with those, so every backend gets them alike.
+
+Every call the client makes, answered or not, becomes one `LLMCall` record: the run store keeps them
+(`ksearch show RUN --llm`), and a resumed run replays a recorded reply to the same prompt instead of paying
+for it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ksearch.errors import LLMError
+
+Role = Literal["planner", "coder"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Message(_Record):
+    """One chat message. ``role``: system | user | assistant."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class Usage(_Record):
+    """Tokens of one call as the provider reported them (0 when it reported none)."""
+
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+class LLMReply(_Record):
+    """A backend's answer. ``finish_reason``: the provider's stop reason when it gave one ("length" or
+    "max_tokens" marks a truncated reply); ``latency_s``: wall seconds of the successful attempt."""
+
+    text: str
+    usage: Usage = Field(default_factory=Usage)
+    model: str = ""
+    finish_reason: str | None = None
+    latency_s: float = 0.0
+
+
+class TransientLLMError(LLMError):
+    """A failure a retry may cure (429, 5xx, timeout, connection reset). ``retry_after_s``: the server's hint."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class Backend(Protocol):
+    """One way to reach a model. ``name``: openai | anthropic | command | queue."""
+
+    name: str
+
+    def complete(self, messages: list[Message], *, model: str, max_tokens: int, temperature: float,
+                 timeout_s: float) -> LLMReply:
+        """One attempt. Raises TransientLLMError (retry may help) or LLMError (it will not)."""
+
+
+class LLMCall(_Record):
+    """One logical call as the run store keeps it (the last attempt's outcome; ``attempts`` counts retries).
+
+    ``purpose``: what the proposer asked for (e.g. "plan:initial", "plan:refine", "plan:failure",
+    "code:first", "code:debug", "code:improve"); ``prompt_hash``: `prompt_hash` of the messages and model;
+    ``cost_usd``: from the price table, None when the model has no price; ``replayed``: the reply came from
+    the run's own log (a resumed run asking the same question), nothing was paid.
+    """
+
+    role: Role
+    purpose: str
+    backend: str
+    model: str
+    node_id: str | None = None
+    messages: list[Message]
+    prompt_hash: str
+    reply: str | None = None
+    finish_reason: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    latency_s: float = 0.0
+    cost_usd: float | None = None
+    attempts: int = 1
+    error: str | None = None
+    replayed: bool = False
+
+
+def prompt_hash(messages: list[Message], model: str) -> str:
+    """sha256 over the model and the messages (role and content), hex."""
+    blob = json.dumps({"model": model, "messages": [[m.role, m.content] for m in messages]}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
