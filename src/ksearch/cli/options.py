@@ -10,3 +10,17 @@ def positive_seconds(value: float) -> float:
     if not value > 0:  # NaN too
         raise typer.BadParameter(f"must be more than 0 seconds, not {value:g}")
     return value
+
+
+def llm_settings(**values):
+    """`LLMSettings` from command-line values. Raises typer.BadParameter with the first problem."""
+    from pydantic import ValidationError
+
+    from ksearch.llm.settings import LLMSettings
+
+    try:
+        return LLMSettings(**values)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise typer.BadParameter(f"{where + ': ' if where else ''}{first['msg'].removeprefix('Value error, ')}") from None

@@ -7,7 +7,9 @@ import json
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ksearch.cli.options import positive_seconds
+from ksearch.cli.options import llm_settings, positive_seconds
+from ksearch.errors import LLMBudgetExhausted, LLMUnavailable
+from ksearch.llm.settings import infer_backend
 from ksearch.report.summary import decision_path, summary_table, tree_view, verdict_lines
 from ksearch.report.tables import wide_console
 from ksearch.search.controller import RunConfig, StepReport
@@ -57,6 +59,15 @@ def _drive(session: Session, as_json: bool) -> None:
             err.print(f"\ninterrupted after {c.evaluations} evaluations; continue with "
                       f"[bold]ksearch resume {session.run_id}[/]")
             raise typer.Exit(130) from None
+        except (LLMBudgetExhausted, LLMUnavailable) as e:
+            session.store.set_status("stopped")
+            hint = " --max-cost USD / --max-tokens N" if isinstance(e, LLMBudgetExhausted) else ""
+            err.print(f"\nstopped after {c.evaluations} evaluations: {e}\ncontinue with "
+                      f"[bold]ksearch resume {session.run_id}{hint}[/]", highlight=False)
+            if as_json:
+                typer.echo(json.dumps({"run_id": session.run_id, "status": "stopped", "reason": str(e),
+                                       "evaluations": c.evaluations}, indent=2))
+            raise typer.Exit(3) from None
         bar.update(job, now="done")
     _print_summary(session, summary, as_json)
 
@@ -98,12 +109,50 @@ def run_command(
     workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all)."),
     stagnation: int = typer.Option(5, min=1, help="Evaluations without a new best before backing off to "
                                                    "a competing branch."),
+    model: str = typer.Option("", help="llm proposer: the model for planner and coder (implies --proposer llm)."),
+    planner_model: str = typer.Option("", help="llm proposer: the planner's model, if not --model."),
+    coder_model: str = typer.Option("", help="llm proposer: the coder's model, if not --model."),
+    backend: str = typer.Option("", help="llm proposer: openai (any OpenAI-compatible endpoint), anthropic, "
+                                         "command or queue (default: anthropic for claude-* on Anthropic's "
+                                         "API, else openai)."),
+    base_url: str = typer.Option("", help="llm proposer: the endpoint (e.g. http://localhost:8000/v1 for vLLM, "
+                                          "https://generativelanguage.googleapis.com/v1beta/openai/ for Gemini)."),
+    api_key_env: str = typer.Option("", help="llm proposer: the environment variable holding the key "
+                                             "(default: the provider's usual one)."),
+    command: str = typer.Option("", help="llm proposer, command backend: the program that reads a prompt on "
+                                         "stdin and writes the reply on stdout."),
+    queue_dir: str = typer.Option("", help="llm proposer, queue backend: where prompts are written and reply "
+                                           "files are read."),
+    context: str = typer.Option("full", help="llm proposer: what prompts carry: none (the task), hardware "
+                                             "(+ the hardware spec) or full (+ knowledge pack and world model)."),
+    max_cost: float | None = typer.Option(None, min=0.0, help="llm proposer: stop (resumable) after this many "
+                                                               "USD of calls."),
+    max_tokens: int | None = typer.Option(None, min=1, help="llm proposer: stop (resumable) after this many "
+                                                             "tokens."),
+    llm_timeout: float = typer.Option(300.0, help="llm proposer: seconds per call (a queue waits this long).",
+                                      callback=positive_seconds),
+    prices: str = typer.Option("", help="llm proposer: a YAML price table over the built-in one "
+                                        "(USD per million input/output tokens per model)."),
     as_json: bool = typer.Option(False, "--json", help="Print the final summary as one JSON object."),
 ) -> None:
     """Search for a faster kernel for TASK, guided by the world model; resumable with `ksearch resume`."""
     names = [n.strip() for n in workloads.split(",") if n.strip()] or None
+    llm = None
+    wants_llm = proposer == "llm" or any((model, planner_model, coder_model, command, queue_dir)) or \
+        backend in ("command", "queue")
+    if wants_llm:
+        proposer = "llm"
+        llm = llm_settings(backend=backend or ("command" if command else "queue" if queue_dir
+                                               else infer_backend(model or planner_model, base_url)),
+                           model=model, planner_model=planner_model or None, coder_model=coder_model or None,
+                           base_url=base_url or None, api_key_env=api_key_env or None, command=command or None,
+                           queue_dir=queue_dir or None, context=context, max_cost_usd=max_cost,
+                           max_tokens=max_tokens, timeout_s=llm_timeout, prices_file=prices or None)
+    elif any((backend, base_url, api_key_env, prices)) or max_cost is not None or max_tokens is not None:
+        raise typer.BadParameter("--backend, --base-url, --api-key-env, --prices, --max-cost and --max-tokens "
+                                 "are for the llm proposer: give --model (or --proposer llm)")
     cfg = RunConfig(task=task, target=target, budget=budget, seed=seed, proposer=proposer, timeout_s=timeout,
-                    workloads=names,
+                    workloads=names, llm=llm,
                     strategy=StrategyConfig(seed=seed, stagnation_window=stagnation))
     with Session.create(cfg) as session:
         _drive(session, as_json)
@@ -112,10 +161,13 @@ def run_command(
 def resume_command(
     run: str = typer.Argument(..., help="Run id (or a unique prefix, or its directory)."),
     budget: int | None = typer.Option(None, min=1, help="Raise the run's budget (evaluations in total)."),
+    max_cost: float | None = typer.Option(None, min=0.0, help="llm proposer: the run's new cost limit (USD)."),
+    max_tokens: int | None = typer.Option(None, min=1, help="llm proposer: the run's new token limit."),
     as_json: bool = typer.Option(False, "--json", help="Print the final summary as one JSON object."),
 ) -> None:
-    """Continue an interrupted run where its last committed evaluation left off."""
-    with Session.resume(run, budget=budget) as session:
+    """Continue an interrupted (or stopped) run where its last committed evaluation left off."""
+    limits = {k: v for k, v in (("max_cost_usd", max_cost), ("max_tokens", max_tokens)) if v is not None}
+    with Session.resume(run, budget=budget, llm_limits=limits) as session:
         if not as_json:
             err.print(f"resuming {session.run_id} at {session.store.evaluation_count()} of {session.cfg.budget} "
                       "evaluations")
@@ -151,6 +203,8 @@ def runs_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."))
 def show_command(
     run: str = typer.Argument(..., help="Run id (or a unique prefix, or its directory)."),
     show_open: bool = typer.Option(False, "--open", help="Also list the open (untried) actions."),
+    llm: bool = typer.Option(False, "--llm", help="List the llm proposer's calls: tokens, latency, cost "
+                                                   "(with --json: every prompt and reply too)."),
     as_json: bool = typer.Option(False, "--json", help="Print the run, its evaluations and tree as JSON."),
 ) -> None:
     """A run's results and its world model as text."""
@@ -164,13 +218,26 @@ def show_command(
         tree = snap[0] if snap else None
         evals = store.evaluations()
         final = store.baseline("final")
+        calls = store.llm_calls() if llm else None
     finally:
         store.close()
     if as_json:
-        typer.echo(json.dumps({"run": info, "evaluations": [
+        doc = {"run": info, "evaluations": [
             {"seq": s, "node_id": n, "candidate_id": e.candidate_id, "status": e.status.value,
              "message": e.message[:500]} for s, n, e in evals],
-            "tree": json.loads(tree.model_dump_json()) if tree else None, "final": final}, indent=2))
+            "tree": json.loads(tree.model_dump_json()) if tree else None, "final": final}
+        if calls is not None:
+            from ksearch.report.llm import llm_totals
+
+            doc["llm_calls"] = [json.loads(c.model_dump_json()) for c in calls]
+            doc["llm_totals"] = llm_totals(calls)
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    if calls is not None:
+        from ksearch.report.llm import llm_table
+
+        out = wide_console()
+        out.print(llm_table(calls) if calls else f"run {info['id']} made no llm calls (proposer {cfg.proposer})")
         return
     out = wide_console()
     out.print(f"[bold]{info['id']}[/] · {info['task']} · {info['target']} · {info['status']} · "

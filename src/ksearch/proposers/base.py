@@ -34,10 +34,19 @@ class Proposer(Protocol):
         """Edits when nothing on the frontier can be chosen: new actions, or [] when the ideas are spent."""
 
 
-def get_proposer(name: str, task, target: str, hardware) -> Proposer:
-    """The proposer called ``name`` for (task, target). Raises SearchError naming the known proposers."""
+def get_proposer(name: str, task, target: str, hardware, settings=None, store=None) -> Proposer:
+    """The proposer called ``name`` for (task, target). ``settings``: the llm proposer's `LLMSettings`;
+    ``store``: the run's store (the llm proposer logs its calls there and replays them on resume).
+
+    Raises SearchError naming the known proposers; ConfigError (ksearch.errors) for unusable llm settings."""
     if name == "patterns":
         from ksearch.proposers.patterns import PatternsProposer
 
         return PatternsProposer(task, target, hardware)
-    raise SearchError(f"unknown proposer {name!r}; known: patterns (the llm proposer is not built yet)")
+    if name == "llm":
+        if settings is None:
+            raise SearchError("the llm proposer needs a model: --model NAME (and --base-url for a local server)")
+        from ksearch.llm.factory import build_llm_proposer
+
+        return build_llm_proposer(task, target, hardware, settings, store)
+    raise SearchError(f"unknown proposer {name!r}; known: patterns (offline, from the knowledge packs), llm")

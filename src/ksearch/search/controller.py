@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pydantic import BaseModel, Field, ValidationError
 
 from ksearch import __version__
-from ksearch.errors import KnowledgeError, SearchError, StoreError
+from ksearch.errors import KnowledgeError, LLMError, SearchError, StoreError
 from ksearch.eval.evaluator import EvalConfig, Evaluator
 from ksearch.eval.protocol import TimingPlan
 from ksearch.eval.records import Candidate, Evaluation, Status
+from ksearch.llm.settings import LLMSettings
 from ksearch.proposers.base import Proposer
 from ksearch.search.edits import apply
 from ksearch.search.strategy import Decision, SearchState, StrategyConfig, decide, update_state
@@ -45,6 +46,7 @@ class RunConfig(BaseModel):
     checks: int = Field(default=3, ge=1)
     timing: TimingPlan = Field(default_factory=TimingPlan)
     strategy: StrategyConfig = Field(default_factory=StrategyConfig)
+    llm: LLMSettings | None = None  # the llm proposer's settings (None for patterns)
 
 
 def run_config(store: Store) -> RunConfig:
@@ -196,7 +198,10 @@ class Controller:
         return decision
 
     def step(self) -> StepReport | None:
-        """One decision, one evaluation, one atomic write. None when nothing is left to try."""
+        """One decision, one evaluation, one atomic write. None when nothing is left to try.
+
+        Raises the llm proposer's LLMBudgetExhausted / LLMUnavailable (the run stops; resumable): after the
+        step's evaluation is saved when they come from the refinement, before anything is judged otherwise."""
         decision = self._decide()
         if decision is None:
             return None
@@ -222,7 +227,12 @@ class Controller:
         summary = summarize(evaluation)
         tree = attach(self.tree, node_id, candidate.id if candidate else None, summary)
         state = update_state(self.state, tree, node_id, summary)
-        tree, log = self._apply(tree, self.proposer.refine(tree, node_id, state), "proposer:refine")
+        stop: LLMError | None = None
+        try:
+            refinement = self.proposer.refine(tree, node_id, state)
+        except LLMError as e:  # out of budget, or the endpoint is down: keep the measurement, then stop
+            refinement, stop = [], e
+        tree, log = self._apply(tree, refinement, "proposer:refine")
         if reused:
             # no new evaluation row (the budget counts judged kernels); the tree change is still saved
             self.store.record_snapshot(tree.model_dump_json(), state.model_dump_json(), log)
@@ -231,6 +241,8 @@ class Controller:
             seq = self.store.record_step(candidate, evaluation, summary.score, tree.model_dump_json(),
                                          state.model_dump_json(), decision.model_dump_json(), log)
         self.tree, self.state = tree, state
+        if stop is not None:
+            raise stop
         return StepReport(seq, node_id, node.label, decision, evaluation, summary.score,
                           tree[node_id].status.value, reused)
 

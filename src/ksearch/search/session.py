@@ -62,7 +62,7 @@ class Session:
             self.hardware = spec_for_target(cfg.target)
             self.evaluator = Evaluator(self.task, cfg.target, self.hardware, Controller.eval_config(cfg),
                                        self.progress)
-            self.proposer = get_proposer(cfg.proposer, self.task, cfg.target, self.hardware)
+            self.proposer = get_proposer(cfg.proposer, self.task, cfg.target, self.hardware, cfg.llm, store)
             self.controller = Controller(store, self.task, self.evaluator, self.proposer, cfg, self.progress)
             self.run_id = self.dir.name
         except BaseException:
@@ -91,8 +91,10 @@ class Session:
         return session
 
     @classmethod
-    def resume(cls, run: str, progress: Progress | None = None, budget: int | None = None) -> "Session":
-        """Reopen a run; ``budget`` raises its budget (saved only once this process holds the run's lock)."""
+    def resume(cls, run: str, progress: Progress | None = None, budget: int | None = None,
+               llm_limits: dict | None = None) -> "Session":
+        """Reopen a run; ``budget`` raises its budget, ``llm_limits`` (max_cost_usd, max_tokens) the llm
+        proposer's limits (saved only once this process holds the run's lock)."""
         store = open_run(run)
         try:
             lock = _lock(store.path.parent)
@@ -106,6 +108,12 @@ class Session:
                 if budget < done:
                     raise SearchError(f"--budget {budget} is below the {done} evaluations done")
                 cfg = cfg.model_copy(update={"budget": budget})
+                store.set_config(cfg.model_dump(mode="json"))
+            if llm_limits:
+                if cfg.llm is None:
+                    raise SearchError(f"run {store.path.parent.name} does not use the llm proposer: "
+                                      "--max-cost and --max-tokens do not apply")
+                cfg = cfg.model_copy(update={"llm": cfg.llm.model_copy(update=llm_limits)})
                 store.set_config(cfg.model_dump(mode="json"))
             return cls(store, cfg, progress, lock)
         except BaseException:

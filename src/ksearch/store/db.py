@@ -3,7 +3,8 @@
 Tables (see MIGRATIONS): ``runs`` (configuration, environment, status), ``candidates`` (sources and hash),
 ``evaluations`` (one row per evaluation, numbered by ``seq``, with per-workload metrics as JSON),
 ``snapshots`` (the world model and the strategy state after each evaluation), ``edits`` (every tree edit
-proposed, accepted or rejected, with the reason), ``baselines`` (the naive kernel and reference timings).
+proposed, accepted or rejected, with the reason), ``baselines`` (the naive kernel and reference timings), ``llm_calls`` (every language-model call of the llm
+proposer: prompt, reply, tokens, cost, error).
 
 Durability contract, which resume relies on: an evaluation, the tree snapshot and the strategy state that
 follow from it are written in one transaction (`Store.record_step`). A process killed at any point leaves either
@@ -67,13 +68,25 @@ def _script(db: sqlite3.Connection, sql: str) -> None:
             db.execute(statement)
 
 
+def _m002_llm_calls(db: sqlite3.Connection) -> None:
+    _script(db, """
+        CREATE TABLE llm_calls (
+            seq INTEGER PRIMARY KEY, created_at TEXT NOT NULL, role TEXT NOT NULL, purpose TEXT NOT NULL,
+            node_id TEXT, model TEXT NOT NULL, prompt_hash TEXT NOT NULL, ok INTEGER NOT NULL,
+            replayed INTEGER NOT NULL, call_json TEXT NOT NULL
+        );
+        CREATE INDEX llm_calls_prompt ON llm_calls(prompt_hash)
+    """)
+
+
 #: Schema migrations, applied in order and recorded by name in ``migrations``.
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("001_initial", _m001_initial),
+    ("002_llm_calls", _m002_llm_calls),
 ]
 
 #: the tables every migrated store has
-TABLES = ("runs", "candidates", "evaluations", "snapshots", "edits", "baselines")
+TABLES = ("runs", "candidates", "evaluations", "snapshots", "edits", "baselines", "llm_calls")
 
 
 def _reads(method):
@@ -278,3 +291,43 @@ class Store:
         return [{"seq": s, "source": src, "edit": json.loads(e), "accepted": bool(a), "reason": r}
                 for s, src, e, a, r in self.db.execute(
                     "SELECT snapshot_seq, source, edit_json, accepted, reason FROM edits ORDER BY id")]
+
+    # -- the llm proposer's calls ---------------------------------------------------------------------
+
+    def record_llm_call(self, call) -> int:
+        """Keep one `ksearch.llm.base.LLMCall` (prompt, reply, tokens, cost, error); returns its seq."""
+        with self.transaction() as db:
+            cur = db.execute("INSERT INTO llm_calls (created_at, role, purpose, node_id, model, prompt_hash, ok, "
+                             "replayed, call_json) VALUES (?,?,?,?,?,?,?,?,?)",
+                             (_now(), call.role, call.purpose, call.node_id, call.model, call.prompt_hash,
+                              int(call.error is None and call.reply is not None), int(call.replayed),
+                              call.model_dump_json()))
+            return cur.lastrowid
+
+    @_reads
+    def llm_calls(self) -> list:
+        """Every recorded call, oldest first, as `LLMCall` records."""
+        from ksearch.llm.base import LLMCall
+
+        return [LLMCall.model_validate_json(js) for (js,) in
+                self.db.execute("SELECT call_json FROM llm_calls ORDER BY seq")]
+
+    @_reads
+    def llm_answers(self, prompt_hash: str) -> list:
+        """The answered, paid-for calls (not replays) with this prompt hash, oldest first: what a resumed run
+        replays instead of asking again."""
+        from ksearch.llm.base import LLMCall
+
+        return [LLMCall.model_validate_json(js) for (js,) in self.db.execute(
+            "SELECT call_json FROM llm_calls WHERE prompt_hash = ? AND ok = 1 AND replayed = 0 ORDER BY seq",
+            (prompt_hash,))]
+
+    @_reads
+    def llm_spent(self) -> tuple[float, int]:
+        """(USD, tokens) paid so far by this run's calls (replays cost nothing; unknown prices count 0 USD)."""
+        usd, tokens = 0.0, 0
+        for call in self.llm_calls():
+            if not call.replayed:
+                usd += call.cost_usd or 0.0
+                tokens += call.usage.input_tokens + call.usage.output_tokens
+        return usd, tokens
