@@ -109,3 +109,34 @@ def test_damaged_runs_are_one_line_errors_and_listed_as_unreadable(tmp_path):
                        env=env, timeout=120)
     assert p.returncode == 0, p.stderr
     assert {r["id"]: r["status"] for r in json.loads(p.stdout)} == {"r-json": "interrupted", "r-table": "unreadable"}
+
+
+def test_llm_flags_are_checked_before_a_run_is_created(tmp_path, monkeypatch):
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    cases = [
+        (["run", "--backend", "openai"], "are for the llm proposer"),
+        (["run", "--max-cost", "1"], "are for the llm proposer"),
+        (["run", "--proposer", "llm"], "needs --model"),
+        (["run", "--backend", "queue"], "needs --queue-dir"),
+        (["run", "--backend", "command"], "needs --command"),
+        (["run", "--model", "m", "--context", "everything"], "context"),
+    ]
+    for args, msg in cases:
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2, (args, r.output)
+        assert msg in " ".join(r.output.split()), (args, r.output)
+    assert not (tmp_path / "home" / "runs").exists() or not any((tmp_path / "home" / "runs").iterdir())
+
+
+def test_show_llm_on_a_run_without_llm_calls(tmp_path, monkeypatch):
+    from ksearch.store.db import Store
+    from ksearch.store.runs import run_dir
+
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path))
+    s = Store(run_dir("selective-scan-x") / "run.sqlite", create=True)
+    s.create_run("selective-scan-x", "selective-scan", "cpu", {"task": "selective-scan"}, {}, None)
+    s.close()
+    r = runner.invoke(app, ["show", "selective-scan-x", "--llm"])
+    assert r.exit_code == 0 and "made no llm calls" in r.output, r.output
+    r = runner.invoke(app, ["show", "selective-scan-x", "--llm", "--json"])
+    assert json.loads(r.output)["llm_totals"]["calls"] == 0

@@ -116,3 +116,30 @@ def test_regression_is_recorded_not_progress(tmp_path):
         assert n.id in c.state.regressions
         assert n.evaluation.score < c.tree.parent_score(n.id)
     assert c.tree.best().status.value == "solved" and c.state.best_node_id not in c.state.regressions
+
+
+def test_an_llm_stop_during_refinement_keeps_the_measurement(tmp_path):
+    """The llm proposer's budget running out (or its endpoint dying) while it refines the tree after an
+    evaluation: the evaluation is committed first, then the error stops the run; a resumed run goes on."""
+    from ksearch.errors import LLMBudgetExhausted
+
+    c = make(tmp_path, budget=6)
+    c.start()
+    real = c.proposer.refine
+    calls = {"n": 0}
+
+    def refine(tree, node_id, state):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise LLMBudgetExhausted("--max-cost 0.01 USD reached")
+        return real(tree, node_id, state)
+
+    c.proposer.refine = refine
+    with pytest.raises(LLMBudgetExhausted):
+        c.run()
+    assert c.evaluations == 3 and len(c.evaluator.calls) == 4  # naive + 3, the third one kept
+    c.proposer.refine = real
+    again = Controller(c.store, TASK, c.evaluator, PatternsProposer(TASK, "cpu", None), c.cfg)
+    again.start()
+    again.run()
+    assert again.evaluations == 6

@@ -122,3 +122,42 @@ def test_list_runs_newest_first_with_unreadable_and_killed_runs(tmp_path, monkey
     assert rows["mm-held"]["status"] == "running"
     assert rows["zz-old"]["status"] == "stopped"  # marked running, but no process holds its lock: killed
     assert rows["broken"]["status"] == "unreadable" and "not a usable" in rows["broken"]["error"]
+
+
+def _call(h="h1", reply="ok", replayed=False, error=None, cost=0.01, tokens=(100, 20)):
+    from ksearch.llm.base import LLMCall, Message, Usage
+
+    return LLMCall(role="planner", purpose="plan:initial", backend="openai", model="m",
+                   messages=[Message(role="user", content="q")], prompt_hash=h, reply=None if error else reply,
+                   usage=Usage(input_tokens=tokens[0], output_tokens=tokens[1]), cost_usd=cost, error=error,
+                   replayed=replayed)
+
+
+def test_llm_calls_are_kept_replayable_and_summed(tmp_path):
+    s = Store(tmp_path / "r.sqlite", create=True)
+    s.create_run("r", "t", "cpu", {}, {}, None)
+    s.record_llm_call(_call("h1", "first"))
+    s.record_llm_call(_call("h1", "again", replayed=True))  # a replay: not an answer to replay, costs nothing
+    s.record_llm_call(_call("h1", error="HTTP 500", cost=None, tokens=(0, 0)))
+    s.record_llm_call(_call("h2", "other", cost=None))  # unknown price: tokens count, USD does not
+    assert [c.reply for c in s.llm_calls()] == ["first", "again", None, "other"]
+    assert [c.reply for c in s.llm_answers("h1")] == ["first"]
+    assert s.llm_answers("nope") == []
+    usd, tokens = s.llm_spent()
+    assert usd == pytest.approx(0.01) and tokens == 240
+
+
+def test_a_store_from_before_the_llm_table_is_migrated(tmp_path):
+    import sqlite3
+
+    from ksearch.store import db as dbmod
+
+    path = tmp_path / "old.sqlite"
+    old = sqlite3.connect(path, isolation_level=None)
+    old.execute("CREATE TABLE migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+    dbmod._m001_initial(old)
+    old.execute("INSERT INTO migrations VALUES ('001_initial', 'then')")
+    old.close()
+    s = Store(path)
+    s.record_llm_call(_call())
+    assert len(s.llm_calls()) == 1
