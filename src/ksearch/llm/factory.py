@@ -1,0 +1,48 @@
+"""Build the llm proposer of a run from its saved `LLMSettings` and its store.
+
+One `LLMClient` serves the planner and the coder (their models may differ: the model is per call). Its call
+log goes to the run store; a resumed run replays the answers the run already paid for, in the order it got
+them (`StoreReplay`), so resuming after a stop repeats no paid call that was answered.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ksearch.llm.base import LLMCall
+from ksearch.llm.settings import LLMSettings
+
+
+class StoreReplay:
+    """``replay(prompt_hash)`` for `LLMClient`: the answers the run had paid for when this process opened it,
+    per prompt in the order they came; the n-th ask of a prompt here gets the n-th of them, and None once they
+    are used up (the question then goes out). Calls made by this process are never replayed to it."""
+
+    def __init__(self, store):
+        self.answers: dict[str, list[LLMCall]] = defaultdict(list)
+        for call in (store.llm_calls() if store is not None else []):
+            if call.error is None and call.reply is not None and not call.replayed:
+                self.answers[call.prompt_hash].append(call)
+
+    def __call__(self, prompt_hash: str) -> LLMCall | None:
+        queue = self.answers.get(prompt_hash)
+        return queue.pop(0) if queue else None
+
+
+def build_llm_proposer(task, target: str, hardware, settings: LLMSettings, store=None):
+    """The `LLMProposer` for a run. Raises ConfigError (ksearch.errors) for a missing key, command or queue
+    directory, an unreadable price table, or a --max-cost on a model without a price."""
+    from ksearch.llm.backends import make_backend
+    from ksearch.llm.client import Budget, LLMClient
+    from ksearch.llm.prices import Prices
+    from ksearch.proposers.llm import LLMProposer
+
+    backend = make_backend(settings.backend, base_url=settings.base_url, command=settings.command,
+                           queue_dir=settings.queue_dir, api_key_env=settings.api_key_env)
+    calls = store.llm_calls() if store is not None else []
+    budget = Budget.from_calls(calls, max_cost_usd=settings.max_cost_usd, max_tokens=settings.max_tokens)
+    client = LLMClient(backend, prices=Prices.load(settings.prices_file), budget=budget,
+                       record=store.record_llm_call if store is not None else None, replay=StoreReplay(store),
+                       retries=settings.retries, timeout_s=settings.timeout_s, temperature=settings.temperature)
+    return LLMProposer(task, target, hardware, planner=client, coder=client, planner_model=settings.planner,
+                       coder_model=settings.coder, context=settings.context)
