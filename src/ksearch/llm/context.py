@@ -1,0 +1,434 @@
+"""What the llm proposer's prompts carry, as plain data for the templates in ``prompts/``, and the renderer.
+
+Context levels (``--context``), each adding to the one before (for ablations):
+
+- ``none``: the task (a compact definition: axes, inputs and outputs with shapes and dtypes, the reference,
+  tolerances, the cost model, the workloads; the target's calling convention and its static rules) and the
+  node or action at hand (with what was measured on it and its parent);
+- ``hardware``: + the hardware spec (bandwidth, FLOP/s and exp ceilings, cores / SMs, SIMD or warp width,
+  caches, shared memory and threads per block where present) and the roofline floor of every timed workload;
+- ``full``: + the knowledge pack of the target (families, decisions, choices with their descriptions and
+  priors, knobs) + the world-model view (the planner's analysis on the root, the active path root -> node with
+  ratings and measured results, the competing siblings along it, the frontier of open actions).
+
+`Views` builds each part once per proposer (task, hardware, pack) or per call (tree views); `render` fills a
+template. Everything here is deterministic: the same inputs give the same prompt text (snapshot-tested).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from ksearch.errors import ConfigError, HardwareError, KnowledgeError, TaskError
+from ksearch.search.strategy import SearchState, StrategyConfig, cooling
+from ksearch.search.worldmodel import PASSING, ROOT_ID, Node, NodeStatus, Tree
+
+LEVELS = ("none", "hardware", "full")
+PROMPTS_DIR = Path(__file__).parent / "prompts"
+
+#: dtype -> C type of the cpu target's ABI (ksearch.targets.cpu)
+CPU_CTYPES = {"float32": "float", "float64": "double", "float16": "_Float16", "bfloat16": "uint16_t",
+              "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t", "bool": "uint8_t"}
+#: dtype -> C type of the cuda target's ABI (docs/cuda-target.md)
+CUDA_CTYPES = {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16",
+               "int64": "long long", "int32": "int", "int16": "short", "int8": "signed char", "bool": "unsigned char"}
+#: longest description of a pack entry kept in a prompt (characters)
+PACK_TEXT = 180
+
+
+def check_level(level: str) -> str:
+    """``level`` if it is one of LEVELS. Raises ConfigError naming the value otherwise."""
+    if level not in LEVELS:
+        raise ConfigError(f"unknown prompt context {level!r}; known: {', '.join(LEVELS)}")
+    return level
+
+
+def _g(x: Any, digits: int = 3) -> str:
+    """A number in short form: 4 significant digits for floats, as is for ints; "-" for None."""
+    if x is None:
+        return "-"
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return str(x)
+    if isinstance(x, int):
+        return str(x)
+    return f"{x:.{digits + 1}g}"
+
+
+def _si(x: float, unit: str) -> str:
+    """A count with an SI prefix: (1.712e7, "B") -> "17.12 MB"; a unit with a leading space keeps it apart:
+    (8e9, " exp/s") -> "8 G exp/s"."""
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.4g} {prefix}{unit}"
+    return f"{x:.4g} {unit}"
+
+
+def _short(text: str | None, limit: int = PACK_TEXT) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size and n % (size // 4) == 0:
+            return f"{n / size:g} {unit}"
+    return f"{n} B"
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(PROMPTS_DIR)), undefined=jinja2.StrictUndefined,
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False, autoescape=False,
+    )
+    env.filters["g"] = _g
+    env.filters["json"] = lambda v: json.dumps(v, ensure_ascii=False, sort_keys=True)
+    return env
+
+
+_ENV: jinja2.Environment | None = None
+
+
+def render(template: str, **ctx: Any) -> str:
+    """Fill ``prompts/<template>`` (StrictUndefined: a missing variable is an error, not an empty string);
+    runs of blank lines are folded to one and the text ends with one newline."""
+    global _ENV
+    if _ENV is None:
+        _ENV = _environment()
+    text = _ENV.get_template(template).render(**ctx)
+    lines, blank = [], False
+    for line in text.splitlines():
+        line = line.rstrip()
+        if not line:
+            if blank or not lines:
+                continue
+            blank = True
+        else:
+            blank = False
+        lines.append(line)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# -- the task ---------------------------------------------------------------------------------------------
+
+
+def abi(definition, target: str) -> str:
+    """The entry point's calling convention for a target, as code (a C prototype, or a Python call)."""
+    ins, outs = definition.inputs, definition.outputs
+    if target == "triton":
+        return f"run({', '.join([*ins, *outs])})"
+    ctypes = CUDA_CTYPES if target == "cuda" else CPU_CTYPES
+    axis_t = "long long" if target == "cuda" else "int64_t"
+    params = []
+    for name, spec in ins.items():
+        if spec.shape is None:
+            scalar = "double" if spec.dtype.startswith("float") else axis_t
+            params.append(f"{scalar} {name}")
+        else:
+            params.append(f"const {ctypes.get(spec.dtype, spec.dtype)} *{name}")
+    params += [f"{ctypes.get(s.dtype, s.dtype)} *{n}" for n, s in outs.items()]
+    params += [f"{axis_t} {a}" for a in definition.axes]
+    if target == "cuda":
+        return f'extern "C" __global__ void your_kernel({", ".join(params)});  // args and their order: the launch plan'
+    return f"void run({', '.join(params)});"
+
+
+def task_view(task, target: str) -> dict[str, Any]:
+    """The task as the prompts show it (see the module docstring, level none)."""
+    d = task.definition
+    axes = []
+    for name, ax in d.axes.items():
+        if ax.type == "const":
+            axes.append({"name": name, "kind": "const", "range": f"= {ax.value}", "description": ax.description or ""})
+        else:
+            lo = "" if ax.min is None else f"{ax.min}"
+            hi = "" if ax.max is None else f"{ax.max}"
+            rng = f"{lo}..{hi}" if (lo or hi) else "any"
+            axes.append({"name": name, "kind": "var", "range": rng, "description": ax.description or ""})
+
+    def tensors(specs) -> list[dict[str, str]]:
+        return [{"name": n, "shape": "scalar" if s.shape is None else "[" + ", ".join(s.shape) + "]",
+                 "dtype": s.dtype, "description": _short(s.description, 120)} for n, s in specs.items()]
+
+    out_dtypes = sorted({s.dtype for s in d.outputs.values()})
+    tolerance = [{"dtype": dt, "rtol": _g(d.tolerance_for(dt).rtol), "atol": _g(d.tolerance_for(dt).atol)}
+                 for dt in out_dtypes]
+    workloads = []
+    for w in task.workloads:
+        try:
+            cost = d.cost_of(w)
+            work = f"{_si(cost.bytes, 'B')}, {_si(cost.flops, 'FLOP')}, {_si(cost.transcendentals, ' exp')}"
+        except TaskError:
+            work = ""
+        workloads.append({"name": w.label, "purpose": w.purpose,
+                          "axes": " ".join(f"{k}={v}" for k, v in w.axes.items()), "work": work})
+    return {
+        "name": d.name,
+        "description": " ".join((d.description or "").split()),
+        "axes": axes,
+        "inputs": tensors(d.inputs),
+        "outputs": tensors(d.outputs),
+        "constraints": list(d.constraints),
+        "tolerance": tolerance,
+        "cost": {"bytes": d.cost.bytes or "every input read once, every output written once",
+                 "flops": d.cost.flops, "transcendentals": d.cost.transcendentals},
+        "reference": d.reference.strip("\n"),
+        "reference_backend": d.reference_backend,
+        "workloads": workloads,
+        "target": target,
+        "abi": abi(d, target),
+        "naive_file": {"cuda": "kernel.cu", "triton": "kernel.py"}.get(target, "kernel.c"),
+    }
+
+
+def rules_view(target: str) -> list[dict[str, str]]:
+    """The target's static rules (what the judge rejects before compiling), one line each."""
+    from ksearch.eval.static_checks import rules_for
+
+    return [{"id": r.id, "why": _short(r.why, 160)} for r in rules_for(target)]
+
+
+# -- the hardware -----------------------------------------------------------------------------------------
+
+
+def hardware_view(spec, task) -> dict[str, Any]:
+    """The hardware spec as labelled lines, and the roofline floor of each timed workload."""
+    from ksearch.hardware.roofline import roofline
+
+    gpu = spec.kind == "gpu"
+    facts: list[tuple[str, str]] = [
+        ("device", f"{spec.model or spec.name} ({spec.kind}{', ' + spec.vendor if spec.vendor else ''})"),
+        ("SMs" if gpu else "cores", str(spec.cores)),
+        ("max resident threads" if gpu else "hardware threads", str(spec.threads)),
+        ("memory bandwidth", f"{_g(spec.memory_bandwidth_gbs)} GB/s"),
+    ]
+    for dt, rate in sorted(spec.peak_flops.items()):
+        facts.append((f"peak {dt}", _si(rate, "FLOP/s")))
+    if spec.exp_rate_per_s:
+        facts.append(("exp rate", _si(spec.exp_rate_per_s, " exp/s")))
+    if gpu:
+        facts.append(("warp width", f"{spec.simd_width} threads"))
+    else:
+        isa = ", ".join(spec.simd_isa) if spec.simd_isa else "none detected"
+        bits = f"{spec.simd_width_bits}-bit, " if spec.simd_width_bits else ""
+        facts.append(("SIMD", f"{bits}{spec.simd_width} float32 lanes; ISA: {isa}"))
+    if spec.shared_memory_per_block_bytes:
+        facts.append(("shared memory per block", _bytes(spec.shared_memory_per_block_bytes)))
+    if spec.max_threads_per_block:
+        facts.append(("max threads per block", str(spec.max_threads_per_block)))
+    for c in spec.caches:
+        if c.kind == "instruction":
+            continue
+        shared = f" (shared by {c.shared_by_cores} cores)" if c.shared_by_cores > 1 else ""
+        facts.append((f"L{c.level} {c.kind} cache", f"{_bytes(c.size_bytes)}{shared}"))
+    floors = []
+    for w in task.workloads:
+        if w.purpose != "bench":
+            continue
+        try:
+            cost = task.definition.cost_of(w)
+            roof = roofline(cost.bytes, cost.flops, cost.transcendentals, spec)
+        except (TaskError, ValueError, HardwareError):  # e.g. a spec without the dtype's peak: no floor
+            continue
+        floors.append({"name": w.label, "floor_ms": _g(roof.floor_s * 1e3), "bound": roof.bound,
+                       "memory_ms": _g(roof.memory_s * 1e3), "compute_ms": _g(roof.compute_s * 1e3),
+                       "exp_ms": _g(roof.exp_s * 1e3)})
+    return {"name": spec.name, "facts": [{"label": k, "value": v} for k, v in facts], "floors": floors}
+
+
+def floor_ms(spec, task, workload_name: str) -> float | None:
+    """The roofline floor of one workload in ms, or None when it cannot be computed."""
+    from ksearch.hardware.roofline import floor_s
+
+    if spec is None:
+        return None
+    try:
+        cost = task.definition.cost_of(task.workload(workload_name))
+        return floor_s(cost.bytes, cost.flops, cost.transcendentals, spec) * 1e3
+    except (TaskError, ValueError, HardwareError):  # unknown workload, a spec without the dtype's peak
+        return None
+
+
+# -- the knowledge pack -----------------------------------------------------------------------------------
+
+
+def pack_view(task, target: str, spec) -> dict[str, Any] | None:
+    """The target's knowledge pack, compact: families, decisions with their choices and knobs (descriptions cut
+    to PACK_TEXT characters), restricted to what the hardware supports; None when the target has no pack."""
+    from ksearch.knowledge.pack import load_pack
+
+    try:
+        pack = load_pack(task.name, target)
+    except KnowledgeError:
+        return None
+    flags = list(getattr(spec, "simd_isa", None) or [])
+    if spec is not None and getattr(spec, "kind", "") == "cpu":
+        pack = pack.applicable(flags)
+
+    def prior(a) -> str:
+        return f"difficulty {a.difficulty}, prior rating {_g(a.rating)}"
+
+    families = [{"id": f.id, "title": f.title, "text": _short(f.description), "prior": prior(f)} for f in pack.families]
+    decisions = []
+    for d in pack.decisions:
+        choices = []
+        for c in d.choices:
+            knobs = [f"{k} in {json.dumps(v.values)} (default {json.dumps(v.default)})" for k, v in c.knobs.items()]
+            only = f" [families: {', '.join(c.families)}]" if c.families else ""
+            choices.append({"id": c.id, "title": c.title, "text": _short(c.description), "prior": prior(c),
+                            "knobs": knobs, "only": only, "flags": list(c.compile_flags)})
+        default = d.default if isinstance(d.default, str) else ", ".join(f"{k}: {v}" for k, v in d.default.items())
+        decisions.append({"id": d.id, "title": d.title, "default": default, "choices": choices})
+    return {"name": pack.name, "description": _short(pack.description, 400), "families": families,
+            "decisions": decisions}
+
+
+# -- the world model --------------------------------------------------------------------------------------
+
+
+def speedup_over_parent(tree: Tree, node: Node) -> float | None:
+    """The node's measured score over its parent's (None unless both are measured)."""
+    if node.evaluation is None or not node.evaluation.passed or node.parent_id is None:
+        return None
+    parent = tree.parent_score(node.id)
+    return node.evaluation.score / parent if parent else None  # type: ignore[operator]
+
+
+def node_line(tree: Tree, node: Node) -> dict[str, Any]:
+    """One node as a dict of short strings (what tree views list)."""
+    a = node.action
+    ev = node.evaluation
+    if ev is None:
+        result = ""
+    elif ev.passed:
+        vs = speedup_over_parent(tree, node)
+        result = f"measured {_g(ev.score)}x naive" + (f", {_g(vs)}x its parent" if vs is not None else "")
+    else:
+        result = f"failed: {ev.status}"
+    return {
+        "id": node.id,
+        "parent": node.parent_id or "",
+        "status": node.status.value,
+        "decision": node.decision,
+        "choice": node.choice,
+        "title": a.title if a else node.label,
+        "description": a.description if a else "",
+        "difficulty": a.difficulty if a else 1,
+        "expected": _g(a.expected_speedup) if a and a.expected_speedup else "",
+        "rating": _g(node.rating),
+        "confidence": _g(node.confidence),
+        "impacts": (f"memory bandwidth {_g(node.impacts.memory_bandwidth)}, register pressure "
+                    f"{_g(node.impacts.register_pressure)}, hw fit {_g(node.impacts.hw_fit)}"
+                    + (f"; {_short(node.impacts.notes, 300)}" if node.impacts.notes else "")),
+        "result": result,
+        "payload": {k: v for k, v in node.payload.items() if k != "analysis"},
+    }
+
+
+def node_view(tree: Tree, node_id: str) -> dict[str, Any]:
+    """The node at hand: its line, its parent's line, and its prediction against its result."""
+    node = tree[node_id]
+    view = node_line(tree, node)
+    view["parent_line"] = node_line(tree, tree[node.parent_id]) if node.parent_id else None
+    measured = speedup_over_parent(tree, node)
+    predicted = node.action.expected_speedup if node.action else None
+    view["measured_vs_parent"] = _g(measured) if measured is not None else ""
+    gap = ""
+    if measured is not None and predicted:
+        ratio = measured / predicted
+        if abs(math.log2(ratio)) >= math.log2(1.25):
+            gap = (f"predicted {_g(predicted)}x over the parent, measured {_g(measured)}x: "
+                   f"{'better' if ratio > 1 else 'worse'} than predicted by {_g(ratio if ratio > 1 else 1 / ratio)}x")
+        else:
+            gap = f"predicted {_g(predicted)}x over the parent, measured {_g(measured)}x: as predicted"
+    elif predicted and node.status == NodeStatus.FAILED:
+        gap = f"predicted {_g(predicted)}x over the parent; the kernel failed"
+    view["prediction_gap"] = gap
+    return view
+
+
+def timings(tree: Tree, columns: list[tuple[str, str]], spec, task) -> dict[str, Any]:
+    """Per-workload median times of some nodes, with the naive kernel's and the roofline floor.
+
+    Args:
+        columns: (label, node id) per node, e.g. [("parent n3", "n3"), ("best n7", "n7")].
+
+    Returns:
+        {"columns": labels, "rows": [{"workload", "naive", "floor", "cells": ["1.23 ms (45% of floor)", ...]}]}
+        over the workloads any of the nodes (or the root) was timed on; empty rows when none was.
+    """
+    names: list[str] = []
+    for nid in [ROOT_ID, *[n for _, n in columns]]:
+        ev = tree[nid].evaluation
+        for w in (ev.latency_ms if ev else {}):
+            if w not in names:
+                names.append(w)
+    naive = tree.root.evaluation.latency_ms if tree.root.evaluation else {}
+    rows = []
+    for w in names:
+        fl = floor_ms(spec, task, w)
+        cells = []
+        for _, nid in columns:
+            ev = tree[nid].evaluation
+            ms = ev.latency_ms.get(w) if ev else None
+            if ms is None:
+                cells.append("-")
+                continue
+            cell = f"{_g(ms)} ms"
+            extra = []
+            if naive.get(w):
+                extra.append(f"{_g(naive[w] / ms)}x naive")
+            if fl:
+                extra.append(f"{100 * fl / ms:.0f}% of floor")
+            cells.append(cell + (f" ({', '.join(extra)})" if extra else ""))
+        naive_cell = "-"
+        if naive.get(w):
+            naive_cell = f"{_g(naive[w])} ms" + (f" ({100 * fl / naive[w]:.0f}% of floor)" if fl else "")
+        rows.append({"workload": w, "naive": naive_cell,
+                     "floor": f"{_g(fl)} ms" if fl else "-", "cells": cells})
+    return {"columns": [label for label, _ in columns], "rows": rows}
+
+
+def tree_view(tree: Tree, node_id: str | None, state: SearchState | None = None,
+              strategy: StrategyConfig | None = None) -> dict[str, Any]:
+    """The world-model view: the root's analysis, the active path root -> ``node_id`` (the root alone when
+    None), the live competing siblings of every node on it, and the frontier (open actions whose parent holds a
+    passing kernel) by rating, those in their failure cooldown marked."""
+    path = tree.path(node_id) if node_id else [tree.root]
+    siblings = []
+    for n in path[1:]:
+        others = [node_line(tree, s) for s in tree.siblings(n.id, live=True)]
+        if others:
+            siblings.append({"of": n.id, "decision": n.decision, "nodes": others})
+    frontier = []
+    for n in sorted(tree.frontier(), key=lambda n: (-n.rating, n.difficulty)):
+        line = node_line(tree, n)
+        line["cooling"] = bool(state is not None and cooling(n, tree, state, strategy or StrategyConfig()))
+        frontier.append(line)
+    counts: dict[str, int] = {}
+    for n in tree:
+        counts[n.status.value] = counts.get(n.status.value, 0) + 1
+    best = tree.best()
+    return {
+        "analysis": tree.root.payload.get("analysis"),
+        "path": [node_line(tree, n) for n in path],
+        "siblings": siblings,
+        "frontier": frontier,
+        "counts": ", ".join(f"{v} {k}" for k, v in counts.items()),
+        "best": node_line(tree, best) if best is not None else None,
+    }
+
+
+def passing_leaves(tree: Tree) -> list[dict[str, Any]]:
+    """Passing nodes (solved or regressed, root included) with no open child: where new actions can go."""
+    out = []
+    for n in tree:
+        if n.status in PASSING and not any(c.status == NodeStatus.OPEN for c in tree.children(n.id)):
+            out.append(node_line(tree, n))
+    return out
