@@ -1,0 +1,413 @@
+"""The ``llm`` proposer: a planner model edits the world model, a coder model writes the kernels.
+
+The planner answers every question with one JSON array of edit records (`ksearch.search.edits`: insert,
+update, split, delete, tagged by ``op``). The proposer parses the array (`ksearch.llm.parse`), validates it by
+applying it to the current tree (`ksearch.search.edits.apply`, edit by edit), and when the reply does not parse
+or some edits are rejected it sends the reply back in the same conversation with one line per problem, up to
+``max_fix_rounds`` times; the planner answers with the whole corrected array each time. Only edits that
+validate are returned, so a rejected edit changes nothing; a reply that never validates yields none.
+
+Planner calls (``purpose`` of `LLMClient.ask`):
+
+- ``plan:initial``: the first tree: the root's analysis (kernel classification, the math, the memory layout,
+  bottleneck regimes, knobs) in the root's payload, two or three competing kernel families as first-level
+  branches, and at least three open actions.
+- ``plan:refine``: after a node passed (solved or regressed): ratings, confidence and impacts revised from the
+  evidence, the gap between prediction and result noted, next steps inserted.
+- ``plan:failure``: after a node failed: downscore it and its alternatives (update), drop what would fail the
+  same way (delete), or retry with a fix (an insert whose payload says ``{"retry_of": "<failed id>"}``).
+- ``plan:expand``: when no open action can be tried (the controller found the frontier empty or cooling).
+
+Coder calls (one per `propose`, the kernel taken from the reply exactly as written, `ksearch.llm.parse`):
+
+- ``code:first``: the parent's kernel plus the node's action;
+- ``code:debug``: the node failed (a later attempt at it) or its payload has ``retry_of`` naming a failed node:
+  the failed kernel, the compiler or runtime message, the failing workload and the size of the error;
+- ``code:improve``: the node's payload has ``"improve": true``: the parent's kernel with per-workload median
+  times and % of the roofline floor of the parent and of the best node so far.
+
+The controller makes one attempt per node; a failed node is terminal (`ksearch.search.worldmodel`), so a "later
+attempt" is a retry node the planner inserts after a failure (``plan:failure``), and the coder then debugs the
+failed node's kernel. The failed kernel and its evaluation come from ``evidence`` (the run's store: anything
+with ``candidate(id)`` and ``evaluation_of(id)``) or from the candidates this proposer made in this process.
+
+LLM errors (LLMBudgetExhausted, LLMUnavailable, LLMError) propagate: the controller stops the run cleanly.
+A coder reply without a usable kernel raises KnowledgeError (the controller records the node as failed with
+the message).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from ksearch.errors import ConfigError, KnowledgeError, TaskError
+from ksearch.eval.records import Candidate, Evaluation, Status
+from ksearch.llm import context as ctx
+from ksearch.llm.base import LLMReply, Message
+from ksearch.llm.parse import SOURCE_LANGS, TRUNCATED, Edit, ReplyError, check_edits, extract_code, extract_json_array
+from ksearch.search.edits import Delete, Insert, Split, Update, apply
+from ksearch.search.strategy import SearchState, StrategyConfig, decide, revise
+from ksearch.search.worldmodel import ROOT_ID, Node, NodeStatus, Tree
+
+#: largest payload (characters of JSON) of an inserted or updated node; the root's analysis may take more
+PAYLOAD_CHARS = 1200
+ROOT_PAYLOAD_CHARS = 4000
+#: longest compile log shown to the coder (characters; the head, where compilers put the first error)
+LOG_CHARS = 3000
+
+_LANG = {".c": "c", ".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".cu": "cuda", ".py": "python"}
+
+
+def _code_blocks(sources: dict[str, str], launch: dict | None) -> list[dict[str, str]]:
+    """Sources (and a launch plan) as fenced blocks for a prompt: lang, name, body, fence."""
+    import yaml
+
+    out = []
+    for name in sorted(sources):
+        body = sources[name]
+        lang = _LANG.get(name[name.rfind("."):], "")
+        fence = "````" if "```" in body else "```"
+        out.append({"lang": lang, "name": name, "body": body.rstrip("\n"), "fence": fence})
+    if launch:
+        body = yaml.safe_dump(launch, sort_keys=False, default_flow_style=None).rstrip("\n")
+        out.append({"lang": "yaml", "name": "launch plan", "body": body, "fence": "```"})
+    return out
+
+
+class LLMProposer:
+    """Proposer backed by language models (see the module docstring).
+
+    Args:
+        task: the loaded task (`ksearch.tasks.loader.Task`).
+        target: cpu | cuda | triton.
+        hardware: the device's HardwareSpec (roofline floors; shown in prompts from context "hardware" on).
+        planner, coder: objects with ``ask(role, purpose, messages, *, model, max_tokens, node_id)`` returning
+            an `LLMReply` (the same client twice is fine).
+        planner_model, coder_model: model names passed to ``ask``.
+        context: none | hardware | full (what the prompts carry; `ksearch.llm.context`).
+        max_fix_rounds: times a reply that does not parse or validate is sent back with its errors.
+        evidence: where failed kernels and their evaluations are read (the run's Store, or anything with
+            ``candidate(id)`` and ``evaluation_of(id)``); None: only what this proposer made in this process.
+        strategy: the run's strategy knobs (which actions count as triable after an edit: cooldowns).
+        planner_max_tokens, coder_max_tokens: reply limits per call.
+
+    Raises:
+        ConfigError: an unknown context level, or a target the coder cannot write for.
+        KnowledgeError: the task ships no naive kernel for the target.
+    """
+
+    name = "llm"
+
+    def __init__(self, task, target: str, hardware, *, planner, coder, planner_model: str, coder_model: str,
+                 context: str = "full", max_fix_rounds: int = 3, evidence=None,
+                 strategy: StrategyConfig | None = None, planner_max_tokens: int = 8192,
+                 coder_max_tokens: int = 16384):
+        if target not in SOURCE_LANGS:
+            raise ConfigError(f"the llm proposer writes kernels for {', '.join(SOURCE_LANGS)}, not {target!r}")
+        if target not in task.naive_sources:
+            raise KnowledgeError(f"task {task.name!r} has no naive kernel for target {target!r}")
+        self.task, self.target, self.hardware = task, target, hardware
+        self.planner, self.coder = planner, coder
+        self.planner_model, self.coder_model = planner_model, coder_model
+        self.level = ctx.check_level(context)
+        self.max_fix_rounds = max(0, int(max_fix_rounds))
+        self.evidence = evidence
+        self.strategy = strategy or StrategyConfig()
+        self.planner_max_tokens, self.coder_max_tokens = planner_max_tokens, coder_max_tokens
+        self._static = {
+            "level": self.level,
+            "target": target,
+            "task": ctx.task_view(task, target),
+            "rules": ctx.rules_view(target),
+            "hardware": ctx.hardware_view(hardware, task) if hardware is not None and self.level != "none" else None,
+            "pack": ctx.pack_view(task, target, hardware) if self.level == "full" else None,
+            "payload_chars": PAYLOAD_CHARS,
+            "root_payload_chars": ROOT_PAYLOAD_CHARS,
+            "cooldown": self.strategy.cooldown_cycles,
+        }
+        self._made: dict[str, Candidate] = {}  # candidate id -> candidate written in this process
+        self._no_kernel: dict[str, str] = {}  # node id -> why the coder's reply held no kernel
+
+    # -- prompts ------------------------------------------------------------------------------------------
+
+    def _render(self, template: str, **extra: Any) -> str:
+        return ctx.render(template, **self._static, **extra)
+
+    def _world(self, tree: Tree, node_id: str | None, state: SearchState | None = None, *,
+               frontier: bool = True) -> dict | None:
+        if self.level != "full":
+            return None
+        return {**ctx.tree_view(tree, node_id, state, self.strategy), "show_frontier": frontier}
+
+    def _timings(self, tree: Tree, columns: list[tuple[str, str]]) -> dict:
+        return ctx.timings(tree, columns, self.hardware, self.task)
+
+    # -- the planner --------------------------------------------------------------------------------------
+
+    def initial_edits(self, tree: Tree) -> list[Edit]:
+        """The first tree (``plan:initial``). Asks once more when fewer than two competing families validate."""
+        user = self._render("plan_initial.j2", world=self._world(tree, None), root=ctx.node_view(tree, ROOT_ID),
+                            measured=self._timings(tree, []))
+
+        def need(after: Tree) -> str | None:
+            fams = [n for n in after.children(ROOT_ID, live=True) if n.status == NodeStatus.OPEN]
+            if len(fams) >= 2:
+                return None
+            return (f"the tree has {len(fams)} open kernel famil{'y' if len(fams) == 1 else 'ies'} under 'root'; "
+                    "insert two or three competing kernel families as children of 'root'")
+
+        return self._plan("plan:initial", user, tree, None, need)
+
+    def refine(self, tree: Tree, node_id: str, state: SearchState) -> list[Edit]:
+        """Edits after ``node_id`` was evaluated and attached (``plan:refine``; ``plan:failure`` for a failed node).
+
+        Continuation: after a solved node the planner must leave an open child under it, after a regressed or
+        failed one at least one action the strategy can choose next. When the validated edits leave none the
+        planner is asked once more; if it still leaves none, nothing is inserted in its place: the edits that
+        validated are returned and the controller's next step finds no action and calls `expand`.
+
+        Nodes whose rating and confidence the planner's edits leave alone are moved toward the evidence by
+        `ksearch.search.strategy.revise` (those updates are appended, validated like the planner's).
+        """
+        node = tree[node_id]
+        failed = node.status == NodeStatus.FAILED
+        world = self._world(tree, node_id, state)
+        view = ctx.node_view(tree, node_id)
+        if failed:
+            user = self._render("plan_failure.j2", world=world, node=view, failure=self._failure(tree, node))
+            purpose = "plan:failure"
+        else:
+            cols = [(f"parent {node.parent_id}", node.parent_id), (f"this node {node_id}", node_id)]
+            user = self._render("plan_refine.j2", world=world, node=view, measured=self._timings(tree, cols),
+                                regressed=node.status == NodeStatus.REGRESSED)
+            purpose = "plan:refine"
+
+        def need(after: Tree) -> str | None:
+            if node.status == NodeStatus.SOLVED:
+                if any(c.status == NodeStatus.OPEN for c in after.children(node_id, live=True)):
+                    return None
+                return (f"{node_id!r} passed and is the base of further steps, but it has no open child; insert at "
+                        f"least one open child under {node_id!r} (the next step on this plan)")
+            if decide(after, state, self.strategy) is not None:
+                return None
+            return ("no open action can be tried next (the frontier is empty or every open action is in its "
+                    "failure cooldown); insert at least one open action under a passing node")
+
+        edits = self._plan(purpose, user, tree, node_id, need)
+        return edits + self._revisions(tree, node_id, edits)
+
+    def expand(self, tree: Tree, state: SearchState) -> list[Edit]:
+        """New open actions when no action can be tried (``plan:expand``); [] when the planner offers none."""
+        user = self._render("plan_expand.j2", world=self._world(tree, None, state),
+                            best=ctx.node_line(tree, tree.best()) if tree.best() else None,
+                            leaves=ctx.passing_leaves(tree))
+
+        def need(after: Tree) -> str | None:
+            if decide(after, state, self.strategy) is not None:
+                return None
+            return ("still no open action can be tried: insert open actions under solved or regressed nodes (or "
+                    "root), with titles different from recently failed ones under the same parent")
+
+        return self._plan("plan:expand", user, tree, None, need)
+
+    def _plan(self, purpose: str, user: str, tree: Tree, node_id: str | None,
+              need: Callable[[Tree], str | None]) -> list[Edit]:
+        """Ask, validate, send problems back (up to max_fix_rounds), ask once more for a missing continuation.
+
+        Returns the validated edits of the latest reply that parsed (none when no reply did)."""
+        messages = [Message(role="system", content=self._render("planner_system.j2")),
+                    Message(role="user", content=user)]
+        fixes, continued = 0, False
+        result: list[Edit] = []
+        while True:
+            reply = self.planner.ask("planner", purpose, messages, model=self.planner_model,
+                                     max_tokens=self.planner_max_tokens, node_id=node_id)
+            parsed, edits, errors, after = self._validate(reply, tree)
+            if parsed:
+                result = edits
+            if errors:
+                if fixes >= self.max_fix_rounds:
+                    return result
+                fixes += 1
+                follow = self._render("plan_fix.j2", errors=errors, accepted=len(edits), parsed=parsed,
+                                      cut=reply.finish_reason in TRUNCATED)
+            else:
+                problem = need(after)
+                if problem is None or continued:
+                    return result
+                continued = True
+                follow = self._render("plan_continue.j2", problem=problem)
+            messages = [*messages, Message(role="assistant", content=reply.text or "(empty reply)"),
+                        Message(role="user", content=follow)]
+
+    def _validate(self, reply: LLMReply, tree: Tree) -> tuple[bool, list[Edit], list[str], Tree]:
+        """(parsed, valid edits, one message per problem, the tree after the valid edits)."""
+        try:
+            items = extract_json_array(reply.text, reply.finish_reason)
+        except ReplyError as e:
+            return False, [], [str(e)], tree
+        parsed, errors = check_edits(items)
+        kept: list[tuple[int, Edit]] = []
+        for i, edit in parsed:
+            problem = self._check_edit(edit, tree)
+            if problem:
+                errors.append((i, f"edit {i} ({edit.op}): {problem}"))
+            else:
+                kept.append((i, edit))
+        after, results = apply(tree, [e for _, e in kept])
+        valid = []
+        for (i, edit), res in zip(kept, results):
+            if res.ok:
+                valid.append(edit)
+            else:
+                errors.append((i, f"edit {i} ({edit.op}): {res.reason}"))
+        return True, valid, [m for _, m in sorted(errors)], after
+
+    @staticmethod
+    def _check_edit(edit: Edit, tree: Tree) -> str | None:
+        """What the edit records do not check but the proposer needs: an action the coder can follow, a small
+        payload, a ``retry_of`` that names a failed node."""
+        specs = [edit] if isinstance(edit, Insert) else list(edit.into) if isinstance(edit, Split) else []
+        payloads: list[tuple[str, Any]] = [("payload", s.payload) for s in specs]
+        for s in specs:
+            if not s.action.description.strip():
+                return f"the action {s.action.title!r} needs a description a coder can follow"
+        if isinstance(edit, Update) and "payload" in edit.fields:
+            payloads.append((edit.node_id, edit.fields["payload"]))
+        for who, payload in payloads:
+            if not isinstance(payload, dict):
+                return f"payload must be an object, got {type(payload).__name__}"
+            size = len(json.dumps(payload))
+            limit = ROOT_PAYLOAD_CHARS if who == ROOT_ID else PAYLOAD_CHARS
+            if size > limit:
+                return f"payload is {size} characters of JSON; keep it under {limit}"
+            ref = payload.get("retry_of")
+            if ref is not None and not (isinstance(ref, str) and ref in tree and tree[ref].status == NodeStatus.FAILED):
+                return f"retry_of must name a failed node (got {ref!r})"
+        return None
+
+    def _revisions(self, tree: Tree, node_id: str, edits: list[Edit]) -> list[Edit]:
+        """`revise`'s rating/confidence updates for nodes the planner's edits leave alone, validated after them."""
+        touched: set[str] = set()
+        for e in edits:
+            if isinstance(e, Update) and {"rating", "confidence"} & set(e.fields):
+                touched.add(e.node_id)
+            elif isinstance(e, (Delete, Split)):
+                touched.add(e.node_id)
+        base, _ = apply(tree, edits)
+        mine = [u for u in revise(tree, node_id, None, self.strategy) if u.node_id not in touched]
+        _, results = apply(base, mine)
+        return [u for u, r in zip(mine, results) if r.ok]
+
+    # -- the coder ----------------------------------------------------------------------------------------
+
+    def propose(self, tree: Tree, node_id: str, parent: Candidate | None) -> Candidate:
+        """The kernel for ``node_id`` (see the module docstring for which prompt). Raises KnowledgeError when the
+        reply holds no usable kernel (missing block, open fence, cut at the token limit)."""
+        node = tree[node_id]
+        mode, failed = self.coder_mode(tree, node)
+        base_sources, base_launch = self._base(parent)
+        common = dict(world=self._world(tree, node_id, frontier=False), node=ctx.node_view(tree, node_id),
+                      parent_code=_code_blocks(base_sources, base_launch),
+                      base=f"the kernel of node {node.parent_id}" if parent is not None else "the naive kernel")
+        if mode == "debug":
+            failure = self._failure(tree, failed)  # type: ignore[arg-type]
+            if failure["code"] is None:  # nothing to debug: the attempt left no kernel; start from the parent
+                mode = "first"
+                common["previous_failure"] = failure
+            else:
+                common["failure"] = failure
+        if mode == "improve":
+            best = tree.best()
+            cols = [(f"parent {node.parent_id}", node.parent_id)]
+            if best is not None and best.id not in (node.parent_id,):
+                cols.append((f"best so far {best.id}", best.id))
+            common["measured"] = self._timings(tree, cols)
+        common.setdefault("previous_failure", None)
+        messages = [Message(role="system", content=self._render("coder_system.j2")),
+                    Message(role="user", content=self._render(f"code_{mode}.j2", **common))]
+        reply = self.coder.ask("coder", f"code:{mode}", messages, model=self.coder_model,
+                               max_tokens=self.coder_max_tokens, node_id=node_id)
+        try:
+            code = extract_code(reply.text, self.target, reply.finish_reason)
+        except ReplyError as e:
+            self._no_kernel[node_id] = str(e)
+            raise
+        meta = {"proposer": self.name, "mode": mode, "model": reply.model or self.coder_model}
+        if code.notes:
+            meta["notes"] = code.notes
+        if reply.finish_reason in TRUNCATED:
+            meta["truncated_after_code"] = True
+        cand = Candidate(target=self.target, sources=code.sources, launch=code.launch, meta=meta)
+        self._made[cand.id] = cand
+        return cand
+
+    @staticmethod
+    def coder_mode(tree: Tree, node: Node) -> tuple[str, Node | None]:
+        """("debug", the failed node) when the node itself holds a failing evaluation or its payload's
+        ``retry_of`` names a failed node; ("improve", None) when its payload has ``"improve": true``; else
+        ("first", None)."""
+        if node.evaluation is not None and not node.evaluation.passed:
+            return "debug", node
+        ref = node.payload.get("retry_of")
+        if isinstance(ref, str) and ref in tree and tree[ref].status == NodeStatus.FAILED:
+            return "debug", tree[ref]
+        if node.payload.get("improve") is True:
+            return "improve", None
+        return "first", None
+
+    def _base(self, parent: Candidate | None) -> tuple[dict[str, str], dict]:
+        """The code an action applies to: the parent's candidate, or the task's naive kernel."""
+        if parent is not None:
+            return dict(parent.sources), dict(parent.launch)
+        name = {"cuda": "kernel.cu", "triton": "kernel.py"}.get(self.target, "kernel.c")
+        launch = getattr(self.task, "naive_launch", {}).get(self.target, {})
+        return {name: self.task.naive_sources[self.target]}, dict(launch)
+
+    def _lookup(self, candidate_id: str | None) -> tuple[Candidate | None, Evaluation | None]:
+        if not candidate_id:
+            return None, None
+        cand = self._made.get(candidate_id)
+        ev = None
+        if self.evidence is not None:
+            cand = cand or self.evidence.candidate(candidate_id)
+            ev = self.evidence.evaluation_of(candidate_id)
+        return cand, ev
+
+    def _failure(self, tree: Tree, node: Node) -> dict[str, Any]:
+        """What is known of a failed node's attempt: status, message, compile log, the failing workload with its
+        error size, and its code (None when the attempt left no kernel or it cannot be found)."""
+        summary = node.evaluation
+        cand, ev = self._lookup(node.candidate_id)
+        out: dict[str, Any] = {"id": node.id, "status": summary.status if summary else "?", "message": "",
+                               "log": "", "workload": None, "code": None}
+        if node.candidate_id is None:
+            out["message"] = self._no_kernel.get(node.id, "the coder's reply held no usable kernel")
+        if cand is not None:
+            out["code"] = _code_blocks(cand.sources, cand.launch)
+        if ev is None:
+            if node.candidate_id is not None and not out["message"]:
+                out["message"] = "(the evaluation's messages are not available to this proposer)"
+            return out
+        out["status"] = ev.status.value
+        out["message"] = ev.message
+        log = ev.compile_log or ""
+        if len(log) > LOG_CHARS:
+            log = log[:LOG_CHARS] + f"\n... ({len(log) - LOG_CHARS} more characters)"
+        out["log"] = log.rstrip("\n")
+        bad = next((r for r in ev.workloads if r.status not in (Status.PASSED, Status.SKIPPED)), None)
+        if bad is not None:
+            try:
+                axes = " ".join(f"{k}={v}" for k, v in self.task.workload(bad.workload).axes.items())
+            except TaskError:
+                axes = ""
+            tol = [f"{t['dtype']}: rtol {t['rtol']}, atol {t['atol']}" for t in self._static["task"]["tolerance"]]
+            out["workload"] = {
+                "name": bad.workload, "axes": axes, "status": bad.status.value, "message": bad.message,
+                "max_abs_err": ctx._g(bad.max_abs_err) if bad.max_abs_err is not None else "",
+                "max_rel_err": ctx._g(bad.max_rel_err) if bad.max_rel_err is not None else "",
+                "tolerance": "; ".join(tol),
+            }
+        return out
