@@ -1,0 +1,138 @@
+"""What each ``--context`` level puts in the llm proposer's prompts (ksearch.llm.context and prompts/*.j2).
+
+Snapshot tests: for the selective-scan task on the cpu target, a fixed HardwareSpec built here (never detected)
+and a fixed small tree, the planner's initial prompt, the planner's refine prompt and the coder's first prompt
+are rendered at every context level (none, hardware, full) and compared with
+``tests/proposers/snapshots/<prompt>-<level>.txt`` (system message, then user message). After an intended
+change of a template or a view, regenerate them and review the diff:
+
+    KSEARCH_UPDATE_SNAPSHOTS=1 python -m pytest -q tests/proposers/test_llm_context.py
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ksearch.errors import ConfigError
+from ksearch.eval.records import Candidate
+from ksearch.llm import context as ctx
+from ksearch.proposers.llm import LLMProposer
+from ksearch.search.strategy import SearchState, update_state
+from ksearch.search.worldmodel import EvalSummary, attach
+from tests.proposers.fakes import (NAIVE_MS, TASK, FakeClient, edits_json, family, fixed_cpu_spec, fixed_gpu_spec,
+                                   root_tree, small_tree)
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+UPDATE = os.environ.get("KSEARCH_UPDATE_SNAPSHOTS") == "1"
+
+
+def dump(messages) -> str:
+    return "".join(f"===== {m.role} =====\n{m.content}" for m in messages)
+
+
+def prompts(level: str) -> dict[str, str]:
+    """The three prompts at one level, rendered through the proposer with a scripted client."""
+    out = {}
+    client = FakeClient(edits_json([family("a"), family("b")]), "```c\nvoid run(void) {}\n```")
+    p = LLMProposer(TASK, "cpu", fixed_cpu_spec(), planner=client, coder=client, planner_model="p", coder_model="c",
+                    context=level)
+    p.initial_edits(root_tree())
+    out["planner-initial"] = dump(client.calls[-1]["messages"])
+    rows = "/* the kernel of fam-rows */\nvoid run(void) {}\n"
+    p.propose(small_tree(), "exp-poly", Candidate(target="cpu", sources={"kernel.c": rows}))
+    out["coder-first"] = dump(client.calls[-1]["messages"])
+    tree = attach(small_tree(), "exp-poly", "candpoly00000000",
+                  EvalSummary(status="PASSED", score=6.0, latency_ms={k: v / 6 for k, v in NAIVE_MS.items()}))
+    state = update_state(SearchState(), tree, "exp-poly", tree["exp-poly"].evaluation)
+    client.replies.append(edits_json([{"op": "insert", "parent_id": "exp-poly", "action": {
+        "title": "next", "description": "next step"}}]))
+    p.refine(tree, "exp-poly", state)
+    out["planner-refine"] = dump(client.calls[-1]["messages"])
+    return out
+
+
+@pytest.mark.parametrize("level", ctx.LEVELS)
+def test_prompt_snapshots(level):
+    for name, text in prompts(level).items():
+        path = SNAPSHOTS / f"{name}-{level}.txt"
+        if UPDATE:
+            path.write_text(text)
+            continue
+        assert path.is_file(), f"no snapshot {path.name}: run with KSEARCH_UPDATE_SNAPSHOTS=1 and review it"
+        assert text == path.read_text(), (f"{path.name} changed: if intended, regenerate with "
+                                          "KSEARCH_UPDATE_SNAPSHOTS=1 and review the diff")
+
+
+def test_what_each_level_adds():
+    p = {level: prompts(level) for level in ctx.LEVELS}
+    for name in ("planner-initial", "coder-first", "planner-refine"):
+        none, hw, full = p["none"][name], p["hardware"][name], p["full"][name]
+        for text in (none, hw, full):  # the task, compact, and the node at hand: always
+            assert "# Task: selective-scan" in text and "u [batch, dim, seqlen] float32" in text
+            assert "rtol 0.0006, atol 0.002" in text and "mamba370m-L4096 (bench)" in text
+            assert "def run(u, delta, A, B, C, D, z, delta_bias):" in text and "void run(const float *u" in text
+        if name == "coder-first":
+            for text in (none, hw, full):
+                assert "(the kernel of node fam-rows, correct as it is):" in text
+                assert "/* the kernel of fam-rows */" in text
+        assert "# Hardware" not in none and "# Hardware: test-cpu" in hw and "# Hardware: test-cpu" in full
+        assert "memory bandwidth: 60 GB/s" in hw and "SIMD: 256-bit, 8 float32 lanes" in hw
+        assert "# Knowledge pack" not in hw and "# Knowledge pack: selective-scan-cpu" in full
+        assert "# World model" not in hw and "# World model" in full
+        assert "Active path (root -> current node)" in full
+    assert "Frontier (open actions" in p["full"]["planner-refine"]
+    assert "Frontier" not in p["full"]["coder-first"]
+    assert "alternatives to fam-rows (kernel family):" in p["full"]["coder-first"]
+    assert "# Action to implement: node exp-poly" in p["none"]["coder-first"]
+    assert "# Node just evaluated: exp-poly" in p["none"]["planner-refine"]
+
+
+def test_check_level():
+    assert ctx.check_level("full") == "full"
+    with pytest.raises(ConfigError, match="'everything'.*none, hardware, full"):
+        ctx.check_level("everything")
+
+
+def test_abi_per_target():
+    d = TASK.definition
+    assert ctx.abi(d, "cpu").startswith("void run(const float *u, const float *delta,")
+    assert ctx.abi(d, "cpu").endswith("int64_t dstate, int64_t seqlen);")
+    assert "const float *u" in ctx.abi(d, "cuda") and "long long seqlen" in ctx.abi(d, "cuda")
+    assert ctx.abi(d, "triton") == "run(u, delta, A, B, C, D, z, delta_bias, out, last_state)"
+
+
+def test_gpu_hardware_view():
+    view = ctx.hardware_view(fixed_gpu_spec(), TASK)
+    facts = {f["label"]: f["value"] for f in view["facts"]}
+    assert facts["SMs"] == "132" and facts["warp width"] == "32 threads"
+    assert facts["shared memory per block"] == "227 KiB" and facts["max threads per block"] == "1024"
+    assert facts["memory bandwidth"] == "4800 GB/s" and facts["exp rate"] == "2 T exp/s"
+    assert facts["peak float16"] == "900 TFLOP/s" and "SIMD" not in facts
+    assert [r["name"] for r in view["floors"]] == [w.name for w in TASK.workloads if w.purpose == "bench"]
+
+
+def test_pack_view_is_compact_and_follows_the_hardware():
+    spec = fixed_cpu_spec()
+    view = ctx.pack_view(TASK, "cpu", spec)
+    assert [f["id"] for f in view["families"]] == ["row-sequential", "channel-vectorized", "chunked-parallel-scan"]
+    texts = [f["text"] for f in view["families"]] + [c["text"] for d in view["decisions"] for c in d["choices"]]
+    assert all(len(t) <= ctx.PACK_TEXT for t in texts)
+    choices = {c["id"] for d in view["decisions"] for c in d["choices"]}
+    assert "channel-lanes-avx2" in choices
+    assert not any("avx512" in c for c in choices)  # the spec has no AVX-512
+    assert ctx.pack_view(TASK, "mlx", spec) is None
+
+
+def test_tree_view_marks_cooling_actions():
+    tree = small_tree()
+    tree = attach(tree, "exp-poly", None, EvalSummary(status="COMPILE_ERROR"))
+    from ksearch.search.edits import apply
+    tree, _ = apply(tree, [{"op": "insert", "parent_id": "fam-rows", "id": "again", "action": {
+        "title": "Polynomial  EXP2", "description": "same title"}}])
+    state = update_state(SearchState(), tree, "exp-poly", tree["exp-poly"].evaluation)
+    view = ctx.tree_view(tree, "exp-poly", state)
+    cooling = {n["id"]: n["cooling"] for n in view["frontier"]}
+    assert cooling == {"fam-lanes": False, "tile": False, "again": True}
+    assert [n["id"] for n in view["path"]] == ["root", "fam-rows", "exp-poly"]
+    assert view["path"][2]["result"] == "failed: COMPILE_ERROR"
