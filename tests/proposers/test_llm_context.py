@@ -136,3 +136,12 @@ def test_tree_view_marks_cooling_actions():
     assert cooling == {"fam-lanes": False, "tile": False, "again": True}
     assert [n["id"] for n in view["path"]] == ["root", "fam-rows", "exp-poly"]
     assert view["path"][2]["result"] == "failed: COMPILE_ERROR"
+
+
+def test_a_long_frontier_is_cut_to_the_best_rated():
+    from ksearch.search.edits import apply
+    tree, _ = apply(small_tree(), [{"op": "insert", "parent_id": "fam-rows", "rating": i % 10, "action": {
+        "title": f"knob {i}", "description": "tune"}} for i in range(40)])
+    view = ctx.tree_view(tree, None)
+    assert len(view["frontier"]) == ctx.FRONTIER_LINES and view["frontier_more"] == 43 - ctx.FRONTIER_LINES  # 40 + exp-poly, tile, fam-lanes
+    assert view["frontier"][0]["rating"] == "9"

@@ -57,6 +57,14 @@ def test_garbage():
         extract_json_array("")
 
 
+def test_deep_nesting_and_bracket_floods_are_garbage_not_crashes():
+    for text in ("[" * 100_000, "```json\n" + "[" * 100_000 + "\n```", "[x " * 50_000):
+        with pytest.raises(ReplyError):
+            extract_json_array(text)
+    with pytest.raises(ReplyError):
+        extract_code("```cuda\nx\n```\n```yaml\n" + "[" * 100_000 + "\n```", "cuda")
+
+
 def test_invalid_json_in_a_fence_names_the_position():
     with pytest.raises(ReplyError, match="not valid JSON: .* line 1 column"):
         extract_json_array("```json\n[{'op': 'delete'}]\n```")

@@ -37,6 +37,8 @@ CPU_CTYPES = {"float32": "float", "float64": "double", "float16": "_Float16", "b
 #: dtype -> C type of the cuda target's ABI (docs/cuda-target.md)
 CUDA_CTYPES = {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16",
                "int64": "long long", "int32": "int", "int16": "short", "int8": "signed char", "bool": "unsigned char"}
+#: frontier actions listed in a world-model view (the best rated; the rest are counted)
+FRONTIER_LINES = 30
 #: longest description of a pack entry kept in a prompt (characters)
 PACK_TEXT = 180
 
@@ -407,7 +409,8 @@ def tree_view(tree: Tree, node_id: str | None, state: SearchState | None = None,
         if others:
             siblings.append({"of": n.id, "decision": n.decision, "nodes": others})
     frontier = []
-    for n in sorted(tree.frontier(), key=lambda n: (-n.rating, n.difficulty)):
+    open_now = sorted(tree.frontier(), key=lambda n: (-n.rating, n.difficulty))
+    for n in open_now[:FRONTIER_LINES]:
         line = node_line(tree, n)
         line["cooling"] = bool(state is not None and cooling(n, tree, state, strategy or StrategyConfig()))
         frontier.append(line)
@@ -420,6 +423,7 @@ def tree_view(tree: Tree, node_id: str | None, state: SearchState | None = None,
         "path": [node_line(tree, n) for n in path],
         "siblings": siblings,
         "frontier": frontier,
+        "frontier_more": max(0, len(open_now) - FRONTIER_LINES),
         "counts": ", ".join(f"{v} {k}" for k, v in counts.items()),
         "best": node_line(tree, best) if best is not None else None,
     }

@@ -40,6 +40,8 @@ MAIN_LANG = {"cpu": "c", "cuda": "cuda", "triton": "python"}
 #: per target: file name suffixes a named block may have
 SOURCE_SUFFIXES = {"cpu": (".c", ".cpp", ".cc", ".cxx"), "cuda": (".cu",), "triton": (".py",)}
 YAML_LANGS = frozenset({"yaml", "yml"})
+#: brackets of a reply tried as the start of a bare JSON array (bounds the work on garbage)
+MAX_SCAN = 500
 
 _OPEN = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*?)[ \t]*$")
 _NAME = re.compile(r"^(?:(?:file(?:name)?|title|name|path)=)?[\"']?(?P<name>[\w.\-/]+\.[A-Za-z0-9+]+)[\"']?$")
@@ -96,6 +98,14 @@ def fences(text: str) -> list[Fence]:
 # -- the planner's edits -----------------------------------------------------------------------------
 
 
+def _loads(text: str) -> Any:
+    """json.loads, with nesting too deep for the decoder reported as a JSONDecodeError."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("brackets nested too deep", text, 0) from None
+
+
 def _as_items(value: Any) -> list | None:
     """The edit list a decoded JSON value stands for, or None when it is not one."""
     if isinstance(value, list):
@@ -113,12 +123,17 @@ def _scan(text: str) -> tuple[list | None, str | None]:
     error at the first bracket, which is what a truncated or garbled array shows)."""
     decoder = json.JSONDecoder()
     first_error = None
-    for m in re.finditer(r"[\[{]", text):
+    for k, m in enumerate(re.finditer(r"[\[{]", text)):
+        if k >= MAX_SCAN:
+            break
         try:
             value, _ = decoder.raw_decode(text, m.start())
         except json.JSONDecodeError as e:
             if first_error is None:
                 first_error = f"{e.msg} at line {e.lineno} column {e.colno}"
+            continue
+        except RecursionError:
+            first_error = first_error or "brackets nested too deep"
             continue
         items = _as_items(value)
         if items is not None and (items == [] or any(isinstance(x, dict) for x in items)):
@@ -149,13 +164,14 @@ def extract_json_array(text: str, finish_reason: str | None = None) -> list:
         if not body:
             continue
         try:
-            items = _as_items(json.loads(body))
+            value = _loads(body)
         except json.JSONDecodeError as e:
             where = "an unclosed ```json block" if not f.closed else f"the ```json block at line {f.line}"
             errors.append(f"{where} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}")
             continue
+        items = _as_items(value)
         if items is None:
-            errors.append(f"the ```json block at line {f.line} holds a JSON {type(json.loads(body)).__name__}, "
+            errors.append(f"the ```json block at line {f.line} holds a JSON {type(value).__name__}, "
                           "not an array of edits")
             continue
         found.append(items)
@@ -169,7 +185,7 @@ def extract_json_array(text: str, finish_reason: str | None = None) -> list:
     stripped = text.strip()
     if stripped:
         try:
-            items = _as_items(json.loads(stripped))
+            items = _as_items(_loads(stripped))
             if items is not None:
                 return items
         except json.JSONDecodeError:
@@ -294,6 +310,8 @@ def extract_code(text: str, target: str, finish_reason: str | None = None) -> Co
             notes.append(f"{len(plans)} ```yaml blocks: took the last (line {plans[-1].line})")
         try:
             plan = yaml.safe_load(plans[-1].body)
+        except RecursionError:
+            raise ReplyError("the ```yaml launch plan is nested too deep") from None
         except yaml.YAMLError as e:
             raise ReplyError(f"the ```yaml launch plan is not valid YAML: {' '.join(str(e).split())}") from None
         if not isinstance(plan, dict):
