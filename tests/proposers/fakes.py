@@ -44,7 +44,8 @@ class FakeClient:
 class FakeEvidence:
     """What a run's store answers about candidates and evaluations (``candidate``, ``evaluation_of``)."""
 
-    def __init__(self, candidates: dict[str, Candidate] | None = None, evaluations: dict[str, Evaluation] | None = None):
+    def __init__(self, candidates: dict[str, Candidate] | None = None,
+                 evaluations: dict[str, Evaluation] | None = None):
         self.candidates, self.evaluations = candidates or {}, evaluations or {}
 
     def candidate(self, cid):

@@ -45,7 +45,8 @@ def failed_tree(evidence_cid="candpoly00000000"):
 
 def test_initial_tree_from_valid_edits():
     analysis = {"op": "update", "node_id": ROOT_ID,
-                "fields": {"payload": {"analysis": {"classification": "linear recurrence", "regimes": ["a", "b", "c"]}}}}
+                "fields": {"payload": {"analysis": {"classification": "linear recurrence",
+                                                    "regimes": ["a", "b", "c"]}}}}
     reply = edits_json([analysis, family("rows"), family("lanes"),
                         {**family("rows-exp"), "parent_id": "rows", "decision": "exp"}],
                        prose="The scan is exp-bound.\n")
@@ -57,7 +58,8 @@ def test_initial_tree_from_valid_edits():
     assert [n.id for n in new.children(ROOT_ID)] == ["rows", "lanes"]
     assert new.root.payload["analysis"]["classification"] == "linear recurrence"
     call = client.calls[0]
-    assert (call["role"], call["purpose"], call["model"], call["node_id"]) == ("planner", "plan:initial", "plan-m", None)
+    assert (call["role"], call["purpose"], call["model"]) == ("planner", "plan:initial", "plan-m")
+    assert call["node_id"] is None
     assert [m.role for m in call["messages"]] == ["system", "user"]
     assert len(client.calls) == 1
 
