@@ -77,10 +77,14 @@ def test_what_each_level_adds():
                 assert "(the kernel of node fam-rows, correct as it is):" in text
                 assert "/* the kernel of fam-rows */" in text
         assert "# Hardware" not in none and "# Hardware: test-cpu" in hw and "# Hardware: test-cpu" in full
+        assert "of floor" not in none and "| floor |" not in none  # floors come from the hardware spec
         assert "memory bandwidth: 60 GB/s" in hw and "SIMD: 256-bit, 8 float32 lanes" in hw
         assert "# Knowledge pack" not in hw and "# Knowledge pack: selective-scan-cpu" in full
         assert "# World model" not in hw and "# World model" in full
         assert "Active path (root -> current node)" in full
+    assert "| mamba370m-L512 | 40 ms (6% of floor) | 2.49 ms | 10 ms (4x naive, 25% of floor) |" in \
+        p["hardware"]["planner-refine"]
+    assert "| mamba370m-L512 | 40 ms | 10 ms (4x naive) | 6.667 ms (6x naive) |" in p["none"]["planner-refine"]
     assert "Frontier (open actions" in p["full"]["planner-refine"]
     assert "Frontier" not in p["full"]["coder-first"]
     assert "alternatives to fam-rows (kernel family):" in p["full"]["coder-first"]

@@ -4,9 +4,10 @@ Context levels (``--context``), each adding to the one before (for ablations):
 
 - ``none``: the task (a compact definition: axes, inputs and outputs with shapes and dtypes, the reference,
   tolerances, the cost model, the workloads; the target's calling convention and its static rules) and the
-  node or action at hand (with what was measured on it and its parent);
+  node or action at hand (with the per-workload times measured on it and its parent);
 - ``hardware``: + the hardware spec (bandwidth, FLOP/s and exp ceilings, cores / SMs, SIMD or warp width,
-  caches, shared memory and threads per block where present) and the roofline floor of every timed workload;
+  caches, shared memory and threads per block where present), the roofline floor of every timed workload, and
+  every measured time as % of its floor;
 - ``full``: + the knowledge pack of the target (families, decisions, choices with their descriptions and
   priors, knobs) + the world-model view (the planner's analysis on the root, the active path root -> node with
   ratings and measured results, the competing siblings along it, the frontier of open actions).
@@ -362,8 +363,9 @@ def timings(tree: Tree, columns: list[tuple[str, str]], spec, task) -> dict[str,
         columns: (label, node id) per node, e.g. [("parent n3", "n3"), ("best n7", "n7")].
 
     Returns:
-        {"columns": labels, "rows": [{"workload", "naive", "floor", "cells": ["1.23 ms (45% of floor)", ...]}]}
-        over the workloads any of the nodes (or the root) was timed on; empty rows when none was.
+        {"columns": labels, "rows": [{"workload", "naive", "floor", "cells": ["1.23 ms (45% of floor)", ...]}],
+        "floor": whether any floor is known} over the workloads any of the nodes (or the root) was timed on;
+        empty rows when none was. Without a spec (None) there is no floor and no % of floor.
     """
     names: list[str] = []
     for nid in [ROOT_ID, *[n for _, n in columns]]:
@@ -394,7 +396,7 @@ def timings(tree: Tree, columns: list[tuple[str, str]], spec, task) -> dict[str,
             naive_cell = f"{_g(naive[w])} ms" + (f" ({100 * fl / naive[w]:.0f}% of floor)" if fl else "")
         rows.append({"workload": w, "naive": naive_cell,
                      "floor": f"{_g(fl)} ms" if fl else "-", "cells": cells})
-    return {"columns": [label for label, _ in columns], "rows": rows}
+    return {"columns": [label for label, _ in columns], "rows": rows, "floor": any(r["floor"] != "-" for r in rows)}
 
 
 def tree_view(tree: Tree, node_id: str | None, state: SearchState | None = None,

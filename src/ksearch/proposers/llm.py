@@ -142,7 +142,9 @@ class LLMProposer:
         return {**ctx.tree_view(tree, node_id, state, self.strategy), "show_frontier": frontier}
 
     def _timings(self, tree: Tree, columns: list[tuple[str, str]]) -> dict:
-        return ctx.timings(tree, columns, self.hardware, self.task)
+        """Per-workload times; the roofline floor and % of floor only from context "hardware" on (they come
+        from the hardware spec)."""
+        return ctx.timings(tree, columns, self.hardware if self.level != "none" else None, self.task)
 
     # -- the planner --------------------------------------------------------------------------------------
 
