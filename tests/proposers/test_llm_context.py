@@ -150,3 +150,35 @@ def test_a_long_frontier_is_cut_to_the_best_rated():
     # 43 open: the 40 inserted, exp-poly, tile, fam-lanes
     assert len(view["frontier"]) == ctx.FRONTIER_LINES and view["frontier_more"] == 43 - ctx.FRONTIER_LINES
     assert view["frontier"][0]["rating"] == "9"
+
+
+@pytest.mark.parametrize("target", ["cuda", "triton"], ids=["nvrtc", "tl"])  # an id "cuda" would mark it GPU-only
+def test_gpu_targets_render_every_prompt(target):
+    """Every template renders for the GPU targets at full context (StrictUndefined: nothing missing)."""
+    from ksearch.search.edits import apply
+    from tests.proposers.fakes import FakeEvidence, failing_evaluation
+
+    code = {"cuda": "```cuda\n__global__ void k() {}\n```\n```yaml\nlaunches: []\n```",
+            "triton": "```python\nimport triton\n```"}[target]
+    tree = attach(small_tree(), "exp-poly", "candpoly00000000", EvalSummary(status="INCORRECT_NUMERICAL"))
+    state = update_state(SearchState(), tree, "exp-poly", tree["exp-poly"].evaluation)
+    evidence = FakeEvidence({"candpoly00000000": Candidate(target=target, sources={"kernel.x": "/* poly */"})},
+                            {"candpoly00000000": failing_evaluation("candpoly00000000")})
+    retry = {"op": "insert", "parent_id": "fam-rows", "id": "retry", "payload": {"retry_of": "exp-poly"},
+             "action": {"title": "fixed poly", "description": "clamp"}}
+    client = FakeClient(edits_json([family("a"), family("b")]), edits_json([retry]), edits_json([retry]), code, code,
+                        code)
+    p = LLMProposer(TASK, target, fixed_gpu_spec(), planner=client, coder=client, planner_model="p", coder_model="c",
+                    evidence=evidence)
+    p.initial_edits(root_tree())
+    p.refine(tree, "exp-poly", state)
+    p.expand(tree, state)
+    tree, _ = apply(tree, [retry])
+    parent = Candidate(target=target, sources={"kernel.x": "/* rows */"})
+    for node in ("retry", "tile", "fam-lanes"):
+        p.propose(tree, node, parent)
+    assert client.purposes() == ["plan:initial", "plan:failure", "plan:expand", "code:debug", "code:improve",
+                                 "code:first"]
+    system = client.calls[-1]["messages"][0].content
+    assert f"# Target: {target}" in system and "warp width: 32 threads" in system
+    assert f"# Knowledge pack: selective-scan-{target}" in system
