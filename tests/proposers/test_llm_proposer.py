@@ -245,6 +245,8 @@ def test_expand():
     assert len(edits) == 1 and client.calls[0]["purpose"] == "plan:expand"
     user = client.last_user()
     assert "No open action can be tried now" in user and "fam-rows [solved]" in user
+    p, client = make("Nothing left worth trying.\n```json\n[]\n```")
+    assert p.expand(tree, state) == [] and len(client.calls) == 1  # an explicit [] ends the run
 
 
 # -- the coder ----------------------------------------------------------------------------------------------

@@ -201,7 +201,8 @@ class LLMProposer:
         return edits + self._revisions(tree, node_id, edits)
 
     def expand(self, tree: Tree, state: SearchState) -> list[Edit]:
-        """New open actions when no action can be tried (``plan:expand``); [] when the planner offers none."""
+        """New open actions when no action can be tried (``plan:expand``). An explicit ``[]`` means the planner
+        sees nothing left (the run ends); edits that still leave nothing triable are asked about once more."""
         user = self._render("plan_expand.j2", world=self._world(tree, None, state),
                             best=ctx.node_line(tree, tree.best()) if tree.best() else None,
                             leaves=ctx.passing_leaves(tree))
@@ -212,11 +213,12 @@ class LLMProposer:
             return ("still no open action can be tried: insert open actions under solved or regressed nodes (or "
                     "root), with titles different from recently failed ones under the same parent")
 
-        return self._plan("plan:expand", user, tree, None, need)
+        return self._plan("plan:expand", user, tree, None, need, empty_ok=True)
 
     def _plan(self, purpose: str, user: str, tree: Tree, node_id: str | None,
-              need: Callable[[Tree], str | None]) -> list[Edit]:
-        """Ask, validate, send problems back (up to max_fix_rounds), ask once more for a missing continuation.
+              need: Callable[[Tree], str | None], *, empty_ok: bool = False) -> list[Edit]:
+        """Ask, validate, send problems back (up to max_fix_rounds), ask once more for a missing continuation
+        (not after an empty array when ``empty_ok``).
 
         Returns the validated edits of the latest reply that parsed (none when no reply did)."""
         messages = [Message(role="system", content=self._render("planner_system.j2")),
@@ -236,7 +238,7 @@ class LLMProposer:
                 follow = self._render("plan_fix.j2", errors=errors, accepted=len(edits), parsed=parsed,
                                       cut=reply.finish_reason in TRUNCATED)
             else:
-                problem = need(after)
+                problem = None if (empty_ok and not edits) else need(after)
                 if problem is None or continued:
                     return result
                 continued = True
