@@ -143,3 +143,18 @@ def test_an_llm_stop_during_refinement_keeps_the_measurement(tmp_path):
     again.start()
     again.run()
     assert again.evaluations == 6
+
+
+def test_a_proposer_that_only_repeats_itself_cannot_keep_a_run_going(tmp_path):
+    """Every step's kernel already judged (an llm can do that): the budget counts judged kernels, so the
+    loop must end on its own after MAX_IDLE_STEPS idle steps."""
+    from ksearch.search.controller import MAX_IDLE_STEPS
+
+    c = make(tmp_path, budget=8)
+    c.start()
+    same = c.evaluator.naive_candidate()
+    c.proposer.propose = lambda tree, node_id, parent: same
+    reports = []
+    c.run(reports.append)
+    assert c.evaluations == 1 and all(r.reused for r in reports[1:])
+    assert len(reports) <= MAX_IDLE_STEPS + 1

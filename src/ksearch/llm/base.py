@@ -79,6 +79,7 @@ class LLMCall(_Record):
 
     ``purpose``: what the proposer asked for (e.g. "plan:initial", "plan:refine", "plan:failure",
     "code:first", "code:debug", "code:improve"); ``prompt_hash``: `prompt_hash` of the messages and model;
+    ``usage_estimated``: the backend reported no tokens (command, queue) and they were estimated from the text;
     ``cost_usd``: from the price table, None when the model has no price; ``replayed``: the reply came from
     the run's own log (a resumed run asking the same question), nothing was paid.
     """
@@ -93,6 +94,7 @@ class LLMCall(_Record):
     reply: str | None = None
     finish_reason: str | None = None
     usage: Usage = Field(default_factory=Usage)
+    usage_estimated: bool = False
     latency_s: float = 0.0
     cost_usd: float | None = None
     attempts: int = 1

@@ -11,7 +11,8 @@ the run's budget, the call log and the replay of recorded answers.
    exponential backoff with jitter, at least the server's Retry-After; when the endpoint stays down the call
    is recorded with its error and `LLMUnavailable` raised (the run stops cleanly, resumable). Any other
    `LLMError` is recorded and raised at once.
-4. Success: cost from the usage and the price table (None for an unpriced model: tokens still count), added to
+4. Success: cost from the usage (estimated at ~4 characters a token, and flagged so, when the backend reports
+   none: command and queue) and the price table (None for an unpriced model: tokens still count), added to
    the budget, recorded, returned. A truncated reply (finish_reason length / max_tokens) is returned as it
    is, its finish_reason in the record says so (`is_truncated`); the proposer decides what to do.
 
@@ -31,6 +32,12 @@ from ksearch.llm.prices import Prices
 
 #: finish reasons that mean the reply was cut off (OpenAI-compatible, Anthropic)
 TRUNCATED_REASONS = frozenset({"length", "max_tokens", "model_context_window_exceeded"})
+
+
+def estimate_usage(messages: list[Message], reply: str) -> Usage:
+    """Tokens estimated at ~4 characters each (at least 1 per side), for backends that report no usage."""
+    chars_in = sum(len(m.content) for m in messages)
+    return Usage(input_tokens=max(1, round(chars_in / 4)), output_tokens=max(1, round(len(reply) / 4)))
 
 
 def is_truncated(finish_reason: str | None) -> bool:
@@ -189,12 +196,15 @@ class LLMClient:
             self._down(base, attempts, last, started)
 
         latency = reply.latency_s if reply.latency_s > 0 else max(0.0, self.clock() - t0)
+        estimated = reply.usage.total == 0
+        if estimated:  # command and queue backends report none: count ~4 characters a token, flagged
+            reply = reply.model_copy(update={"usage": estimate_usage(messages, reply.text)})
         cost = self.prices.cost(model, reply.usage)
         if cost is None and reply.model and reply.model != model:
             cost = self.prices.cost(reply.model, reply.usage)
         self.budget.add(cost, reply.usage)
         self._record(LLMCall(**base, reply=reply.text, finish_reason=reply.finish_reason, usage=reply.usage,
-                             latency_s=latency, cost_usd=cost, attempts=attempts))
+                             usage_estimated=estimated, latency_s=latency, cost_usd=cost, attempts=attempts))
         return reply.model_copy(update={"latency_s": latency})
 
     # -- helpers ----------------------------------------------------------------------------------------

@@ -29,8 +29,9 @@ class StoreReplay:
         return queue.pop(0) if queue else None
 
 
-def build_llm_proposer(task, target: str, hardware, settings: LLMSettings, store=None):
-    """The `LLMProposer` for a run. Raises ConfigError (ksearch.errors) for a missing key, command or queue
+def build_llm_proposer(task, target: str, hardware, settings: LLMSettings, store=None, strategy=None):
+    """The `LLMProposer` for a run (``store``: its call log, replays and the evidence the coder's debug prompts
+    quote; ``strategy``: the run's StrategyConfig). Raises ConfigError (ksearch.errors) for a missing key, command or queue
     directory, an unreadable price table, or a --max-cost on a model without a price."""
     from ksearch.llm.backends import make_backend
     from ksearch.llm.client import Budget, LLMClient
@@ -45,4 +46,4 @@ def build_llm_proposer(task, target: str, hardware, settings: LLMSettings, store
                        record=store.record_llm_call if store is not None else None, replay=StoreReplay(store),
                        retries=settings.retries, timeout_s=settings.timeout_s, temperature=settings.temperature)
     return LLMProposer(task, target, hardware, planner=client, coder=client, planner_model=settings.planner,
-                       coder_model=settings.coder, context=settings.context)
+                       coder_model=settings.coder, context=settings.context, evidence=store, strategy=strategy)

@@ -34,9 +34,10 @@ class Proposer(Protocol):
         """Edits when nothing on the frontier can be chosen: new actions, or [] when the ideas are spent."""
 
 
-def get_proposer(name: str, task, target: str, hardware, settings=None, store=None) -> Proposer:
+def get_proposer(name: str, task, target: str, hardware, settings=None, store=None, strategy=None) -> Proposer:
     """The proposer called ``name`` for (task, target). ``settings``: the llm proposer's `LLMSettings`;
-    ``store``: the run's store (the llm proposer logs its calls there and replays them on resume).
+    ``store``: the run's store (the llm proposer logs its calls there and replays them on resume);
+    ``strategy``: the run's StrategyConfig.
 
     Raises SearchError naming the known proposers; ConfigError (ksearch.errors) for unusable llm settings."""
     if name == "patterns":
@@ -48,5 +49,5 @@ def get_proposer(name: str, task, target: str, hardware, settings=None, store=No
             raise SearchError("the llm proposer needs a model: --model NAME (and --base-url for a local server)")
         from ksearch.llm.factory import build_llm_proposer
 
-        return build_llm_proposer(task, target, hardware, settings, store)
+        return build_llm_proposer(task, target, hardware, settings, store, strategy)
     raise SearchError(f"unknown proposer {name!r}; known: patterns (offline, from the knowledge packs), llm")

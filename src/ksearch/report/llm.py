@@ -11,7 +11,7 @@ def call_status(call) -> str:
         return "error: " + call.error.splitlines()[0][:60]
     if call.replayed:
         return "replayed"
-    if (call.finish_reason or "") in ("length", "max_tokens"):
+    if (call.finish_reason or "") in ("length", "max_tokens", "model_context_window_exceeded"):
         return "truncated"
     return "ok"
 
@@ -27,15 +27,16 @@ def llm_totals(calls) -> dict:
 
 
 def llm_table(calls) -> Table:
-    """One row per call, oldest first, and a totals row."""
+    """One row per call, oldest first, and a totals row (``~``: tokens estimated from the text)."""
     t = Table(title=f"LLM calls ({len(calls)})")
     for col, right in (("#", True), ("role", False), ("purpose", False), ("node", False), ("model", False),
                        ("in tok", True), ("out tok", True), ("s", True), ("USD", True), ("tries", True),
                        ("status", False)):
         t.add_column(col, justify="right" if right else "left", no_wrap=col != "status")
     for i, c in enumerate(calls, 1):
-        t.add_row(str(i), c.role, c.purpose, c.node_id or "", c.model, str(c.usage.input_tokens),
-                  str(c.usage.output_tokens), f"{c.latency_s:.1f}",
+        est = "~" if c.usage_estimated else ""
+        t.add_row(str(i), c.role, c.purpose, c.node_id or "", c.model, f"{est}{c.usage.input_tokens}",
+                  f"{est}{c.usage.output_tokens}", f"{c.latency_s:.1f}",
                   "—" if c.cost_usd is None else f"{c.cost_usd:.4f}", str(c.attempts), call_status(c))
     tot = llm_totals(calls)
     t.add_section()

@@ -29,6 +29,10 @@ from ksearch.search.worldmodel import ROOT_ID, EvalSummary, Tree, attach
 from ksearch.store.db import Store
 
 
+#: consecutive steps without a new evaluation after which a run ends (see `Controller.run`)
+MAX_IDLE_STEPS = 25
+
+
 class RunConfig(BaseModel):
     """Everything that determines a run's decisions (saved with the run; resume reuses it as saved).
 
@@ -179,13 +183,20 @@ class Controller:
         return self.evaluations >= self.cfg.budget
 
     def run(self, on_step: Callable[[StepReport], None] | None = None) -> None:
-        """Steps until the budget is spent or no action is left. Ctrl-C propagates after the store is safe."""
+        """Steps until the budget is spent, no action is left, or `MAX_IDLE_STEPS` steps in a row judged
+        nothing new (a proposer that keeps writing kernels already judged: the budget counts judged kernels,
+        so without this bound such a run would never end). Ctrl-C propagates after the store is safe."""
+        idle = 0
         while not self.done():
             report = self.step()
             if report is None:
                 break
             if on_step:
                 on_step(report)
+            idle = idle + 1 if report.reused else 0
+            if idle >= MAX_IDLE_STEPS:
+                self.progress(f"stopping: {idle} steps in a row produced kernels already judged")
+                break
 
     def _decide(self) -> Decision | None:
         decision = decide(self.tree, self.state, self.cfg.strategy)

@@ -62,7 +62,8 @@ class Session:
             self.hardware = spec_for_target(cfg.target)
             self.evaluator = Evaluator(self.task, cfg.target, self.hardware, Controller.eval_config(cfg),
                                        self.progress)
-            self.proposer = get_proposer(cfg.proposer, self.task, cfg.target, self.hardware, cfg.llm, store)
+            self.proposer = get_proposer(cfg.proposer, self.task, cfg.target, self.hardware, cfg.llm, store,
+                                         cfg.strategy)
             self.controller = Controller(store, self.task, self.evaluator, self.proposer, cfg, self.progress)
             self.run_id = self.dir.name
         except BaseException:

@@ -1,0 +1,136 @@
+"""End to end: `ksearch run --model ...` drives a complete 10-evaluation search of the cpu target through each
+llm backend, against a local stand-in for the model (`responder`), with every kind of fault the issue names.
+
+HTTP servers (OpenAI-compatible and Anthropic) add transport faults by request number: a 429, a 500, a hang
+past the client's timeout and a garbled body. The responder adds content faults: prose instead of JSON,
+truncated JSON, an edit on a node that does not exist, a kernel that does not compile. The run must finish
+its 10 evaluations, and every call must be in the run's log with its tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ksearch.cli import app
+from ksearch.store.runs import open_run
+
+from ..llm.fakes import Garbage, Hang, Reply, ScriptedAnthropicServer, ScriptedOpenAIServer, Status
+from .responder import Responder
+
+ROOT = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+RUN = ["run", "selective-scan", "-w", "tiny,small-b2", "--budget", "10", "--json"]
+FAULTS = {2: Status(429, retry_after=0), 5: Status(500), 8: Hang(3.0), 11: Garbage()}
+
+
+def _messages(body: dict) -> list[dict]:
+    """OpenAI's or Anthropic's request body as [{role, content}] (content blocks joined)."""
+    text = lambda c: c if isinstance(c, str) else "".join(b.get("text", "") for b in c)
+    msgs = [{"role": m["role"], "content": text(m["content"])} for m in body.get("messages", [])]
+    if body.get("system"):
+        msgs.insert(0, {"role": "system", "content": text(body["system"])})
+    return msgs
+
+
+def responding(server_cls):
+    class Server(server_cls):
+        """Answers by content (`Responder`), with the transport faults of FAULTS by request number."""
+
+        def __init__(self, respond, faults):
+            super().__init__([])
+            self.respond, self.faults = respond, dict(faults)
+
+        def _next(self):
+            n = len(self.requests)
+            if n in self.faults:
+                return self.faults.pop(n)
+            msgs = _messages(self.requests[-1])
+            text = self.respond(msgs)
+            return Reply(text, input_tokens=sum(len(m["content"]) for m in msgs) // 4 + 1,
+                         output_tokens=len(text) // 4 + 1)
+
+    return Server
+
+
+def _run(args, monkeypatch, tmp_path):
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    r = runner.invoke(app, RUN + args)
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output[r.output.index("{"):])
+    store = open_run(summary["run_id"])
+    try:
+        return summary, store.llm_calls(), store.evaluation_count(), store.edit_log()
+    finally:
+        store.close()
+
+
+def _check(summary, calls, evaluations, edits):
+    assert evaluations == 10 and summary["evaluations"] == 10
+    assert calls and all(c.error is None or "stayed down" not in c.error for c in calls)
+    answered = [c for c in calls if c.error is None]
+    assert all(c.usage.input_tokens > 0 and c.usage.output_tokens > 0 for c in answered if not c.replayed)
+    purposes = {c.purpose for c in calls}
+    assert {"plan:initial", "code:first"} <= purposes and any(p.startswith("plan:") and p != "plan:initial"
+                                                              for p in purposes)
+    assert any(not e["accepted"] for e in edits) or any("no-such-node" in (c.messages[-1].content if
+                                                        len(c.messages) > 2 else "") for c in calls)
+
+
+@pytest.mark.parametrize("server_cls, flags", [
+    (ScriptedOpenAIServer, ["--model", "gpt-4o-mini"]),
+    (ScriptedAnthropicServer, ["--model", "claude-3-5-haiku-20241022", "--backend", "anthropic"]),
+], ids=["openai", "anthropic"])
+def test_a_10_evaluation_search_through_an_http_endpoint_with_faults(server_cls, flags, tmp_path, monkeypatch):
+    respond = Responder(tmp_path / "state.json")
+    with responding(server_cls)(respond, FAULTS) as srv:
+        summary, calls, evaluations, edits = _run(flags + ["--base-url", srv.base_url, "--llm-timeout", "1"],
+                                                  monkeypatch, tmp_path)
+    _check(summary, calls, evaluations, edits)
+    assert not srv.faults  # every transport fault was served ...
+    assert sum(c.attempts for c in calls) >= len(calls) + 4  # ... and retried
+    fixes = [c for c in calls if any(m.role == "assistant" for m in c.messages)]
+    assert len(fixes) >= 3  # prose, truncated JSON and a bad parent were each sent back
+
+
+def test_the_command_backend(tmp_path, monkeypatch):
+    cmd = f"{sys.executable} -m tests.e2e.responder {tmp_path / 'state.json'}"
+    monkeypatch.chdir(ROOT)
+    summary, calls, evaluations, edits = _run(["--backend", "command", "--command", cmd], monkeypatch, tmp_path)
+    _check(summary, calls, evaluations, edits)
+    assert all(c.backend == "command" for c in calls)
+
+
+def test_the_queue_backend(tmp_path, monkeypatch):
+    queue = tmp_path / "queue"
+    queue.mkdir()
+    respond, stop = Responder(tmp_path / "state.json"), threading.Event()
+
+    def answer():
+        seen = set()
+        while not stop.is_set():
+            for p in sorted(queue.glob("*.json")):
+                reply = p.with_name(p.name[:-len(".json")] + ".reply.md")
+                if p.name in seen or reply.exists() or not p.with_name(p.name[:-5] + ".prompt.md").exists():
+                    continue
+                seen.add(p.name)
+                tmp = reply.with_name("." + reply.name)
+                tmp.write_text(respond(json.loads(p.read_text())["messages"]))
+                tmp.rename(reply)
+            stop.wait(0.02)
+
+    t = threading.Thread(target=answer, daemon=True)
+    t.start()
+    try:
+        summary, calls, evaluations, edits = _run(["--backend", "queue", "--queue-dir", str(queue)],
+                                                  monkeypatch, tmp_path)
+    finally:
+        stop.set()
+        t.join(5)
+    _check(summary, calls, evaluations, edits)
+    assert all(c.backend == "queue" for c in calls)
