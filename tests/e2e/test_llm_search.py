@@ -134,3 +134,27 @@ def test_the_queue_backend(tmp_path, monkeypatch):
         t.join(5)
     _check(summary, calls, evaluations, edits)
     assert all(c.backend == "queue" for c in calls)
+
+
+def test_a_token_limit_stops_the_run_and_resume_with_a_higher_one_finishes_it(tmp_path, monkeypatch):
+    """--max-tokens reached: exit 3, status stopped, nothing lost; `ksearch resume RUN --max-tokens N` goes on
+    to the budget, and the spent tokens carry over (the limit is on the whole run)."""
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    respond = Responder(tmp_path / "state.json")
+    with responding(ScriptedOpenAIServer)(respond, {}) as srv:
+        r = runner.invoke(app, RUN + ["--model", "gpt-4o-mini", "--base-url", srv.base_url,
+                                      "--max-tokens", "40000"])
+        assert r.exit_code == 3, r.output
+        stopped = json.loads(r.output[r.output.index("{"):])
+        assert stopped["status"] == "stopped" and "max-tokens" in stopped["reason"].replace("_", "-")
+        store = open_run(stopped["run_id"])
+        try:
+            assert store.run()["status"] == "stopped"
+            done, (_, spent) = store.evaluation_count(), store.llm_spent()
+        finally:
+            store.close()
+        assert 0 < done < 10 and spent >= 40000
+        r = runner.invoke(app, ["resume", stopped["run_id"], "--max-tokens", "10000000", "--json"])
+        assert r.exit_code == 0, r.output
+    summary = json.loads(r.output[r.output.index("{"):])
+    assert summary["evaluations"] == 10

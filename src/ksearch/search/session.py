@@ -116,7 +116,9 @@ class Session:
                                       "--max-cost and --max-tokens do not apply")
                 cfg = cfg.model_copy(update={"llm": cfg.llm.model_copy(update=llm_limits)})
                 store.set_config(cfg.model_dump(mode="json"))
-            return cls(store, cfg, progress, lock)
+            session = cls(store, cfg, progress, lock)
+            store.set_status("running")
+            return session
         except BaseException:
             lock.close()
             store.close()
@@ -131,8 +133,9 @@ class Session:
 
     def __exit__(self, exc_type, *rest) -> None:
         if exc_type is not None:
-            try:
-                self.store.set_status("interrupted")
+            try:  # a status already set on the way out (stopped by an llm limit, ...) stays
+                if self.store.run().get("status") in ("running", None):
+                    self.store.set_status("interrupted")
             except Exception:  # the store must not mask the original error
                 pass
         self.close()
