@@ -1,6 +1,14 @@
-"""`ksearch hardware ...`: show the local hardware spec and its measured ceilings."""
+"""`ksearch hardware ...`: the local hardware spec and its measured ceilings, and the datasheet catalog.
+
+- `ksearch hardware list [--json] [--refresh]`: catalog entries plus the local devices (CPU always, GPU when CuPy
+  sees one), from the cache of measured specs; `--refresh` measures them again.
+- `ksearch hardware show [NAME] [--json]`: one catalog entry with the source of every figure; without NAME the
+  local device with its measured ceilings (`--gpu`, `--refresh` as before).
+"""
 
 from __future__ import annotations
+
+import json
 
 import typer
 from rich.console import Console
@@ -10,12 +18,12 @@ from ksearch.errors import KsearchError
 from ksearch.hardware.cache import cached_local_spec, load_or_measure
 from ksearch.hardware.spec import HardwareSpec
 
-app = typer.Typer(help="The local device: detected facts and measured ceilings (bandwidth, FLOP/s, exp rate).")
+app = typer.Typer(help="The local device (detected facts, measured ceilings) and the catalog of known devices.")
 
 
 @app.callback()
 def _group() -> None:
-    """The local device: detected facts and measured ceilings."""
+    """The local device (detected facts, measured ceilings) and the catalog of known devices."""
 
 
 def _size(n: int) -> str:
@@ -71,12 +79,20 @@ def ceilings_table(spec: HardwareSpec) -> Table:
 
 @app.command()
 def show(
+    name: str = typer.Argument(None, help="A catalog entry (e.g. h100, m2-max); omitted: the local device."),
     refresh: bool = typer.Option(False, "--refresh", help="Re-measure the ceilings even when cached."),
     as_json: bool = typer.Option(False, "--json", help="Print the spec as JSON."),
     gpu: bool = typer.Option(False, "--gpu", help="The local NVIDIA GPU's spec only (needs CuPy and a GPU)."),
 ) -> None:
-    """Print the local hardware spec: detected facts, then each measured ceiling and how it was measured."""
+    """Print a catalog entry with its sources (NAME), or the local hardware spec: detected facts, then each measured
+    ceiling and how it was measured."""
     err = Console(stderr=True)
+    if name is not None:
+        if gpu or refresh:
+            err.print("[red]error:[/red] --gpu and --refresh apply to the local device, not to a catalog entry")
+            raise typer.Exit(2)
+        _show_entry(name, as_json, err)
+        return
     if gpu:
         _print_spec(_load_gpu, refresh, as_json, err)
         return
@@ -117,3 +133,151 @@ def _print_spec(load, refresh: bool, as_json: bool, err: Console) -> None:
     out = Console()
     out.print(facts_table(spec))
     out.print(ceilings_table(spec))
+
+
+# --- the catalog ---------------------------------------------------------------------------------------------------
+
+
+def _fmt(figure: str, value: float) -> str:
+    """A catalog figure in readable units."""
+    from ksearch.hardware.catalog import FIGURES
+
+    unit = FIGURES[figure][0]
+    if unit == "FLOP/s":
+        return f"{value / 1e12:g} TFLOP/s"
+    if unit == "exp/s":
+        return f"{value / 1e12:g} Texp/s"
+    if unit == "B":
+        return _size(int(value))
+    return f"{value:g} {unit}".strip()
+
+
+def _entry_or_exit(name: str, err: Console):
+    from ksearch.hardware import catalog
+
+    try:
+        return catalog.get(name)
+    except KsearchError as exc:
+        err.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        raise typer.Exit(2) from exc
+
+
+def _show_entry(name: str, as_json: bool, err: Console) -> None:
+    entry = _entry_or_exit(name, err)
+    if as_json:
+        typer.echo(entry.model_dump_json(indent=2))
+        return
+    from ksearch.hardware.catalog import FIGURES
+
+    model = entry.model if entry.model.startswith(entry.vendor) else f"{entry.vendor} {entry.model}"
+    table = Table(title=f"{entry.name}: {model}" + (f" ({entry.arch})" if entry.arch else ""))
+    table.add_column("figure", no_wrap=True)
+    table.add_column("value", no_wrap=True)
+    table.add_column("source", overflow="fold")
+    for key in FIGURES:  # a fixed order
+        fig = entry.figures.get(key)
+        if fig is None:
+            continue
+        if fig.value is None:
+            table.add_row(key, "unknown", fig.note or "")
+            continue
+        where = fig.source or ""
+        if fig.derived:
+            where += f"\nderived: {fig.derived}"
+        if fig.note:
+            where += f"\nnote: {fig.note}"
+        table.add_row(key, _fmt(key, fig.value), where)
+    out = Console()
+    out.print(table)
+    if entry.aliases:
+        out.print(f"aliases: {', '.join(entry.aliases)}")
+
+
+def _local_devices(refresh: bool, err: Console) -> list[dict]:
+    """The local CPU (always) and GPU (when CuPy sees one): cached measured specs, else detected facts only."""
+    from ksearch.hardware.cpu import detect_cpu
+
+    devices: list[dict] = []
+    try:
+        spec = _load_cpu(True, err) if refresh else cached_local_spec()
+    except KsearchError as exc:
+        spec, why = None, str(exc)
+    else:
+        why = "not measured yet: `ksearch hardware show` measures it"
+    if spec is not None:
+        devices.append({"name": spec.name, "kind": "cpu", "model": spec.model, "measured": True,
+                        "spec": spec.model_dump(mode="json")})
+    else:
+        info = detect_cpu()
+        devices.append({"name": "local-cpu", "kind": "cpu", "model": info.model, "measured": False, "note": why,
+                        "facts": info.model_dump(mode="json")})
+    from ksearch.targets.cuda import cupy_status
+
+    if cupy_status() is None:
+        from ksearch.hardware.cache import load_spec
+        from ksearch.hardware.gpu import gpu_facts, gpu_fingerprint
+
+        try:
+            facts = gpu_facts()
+            gspec = _load_gpu(True, err) if refresh else load_spec(gpu_fingerprint(facts))
+        except KsearchError as exc:
+            devices.append({"name": "local-gpu", "kind": "gpu", "model": "", "measured": False, "note": str(exc)})
+        else:
+            if gspec is not None:
+                devices.append({"name": gspec.name, "kind": "gpu", "model": gspec.model, "measured": True,
+                                "spec": gspec.model_dump(mode="json")})
+            else:
+                devices.append({"name": "local-gpu", "kind": "gpu", "model": facts["name"], "measured": False,
+                                "note": "not measured yet: `ksearch hardware show --gpu` measures it", "facts": facts})
+    return devices
+
+
+@app.command("list")
+def list_(
+    as_json: bool = typer.Option(False, "--json", help="Print the catalog and the local devices as JSON."),
+    refresh: bool = typer.Option(False, "--refresh", help="Measure the local devices again (else the cache is used)."),
+) -> None:
+    """List the catalog's devices and the local ones (the CPU always, the GPU when CuPy sees one)."""
+    from ksearch.hardware import catalog
+
+    err = Console(stderr=True)
+    try:
+        entries = catalog.entries()
+    except KsearchError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    local = _local_devices(refresh, err)
+    if as_json:
+        rows = [{"name": e.name, "aliases": e.aliases, "vendor": e.vendor, "model": e.model, "arch": e.arch,
+                 "kind": e.kind, "figures": {k: f.value for k, f in e.figures.items()}} for e in entries]
+        typer.echo(json.dumps({"catalog": rows, "local": local}, indent=2))
+        return
+    table = Table(title="hardware catalog (`ksearch hardware show NAME` for every figure's source)")
+    for col in ("name", "model", "cores", "GB/s", "FP32 TFLOP/s", "BF16/FP16 TFLOP/s", "smem/block", "aliases"):
+        table.add_column(col)
+
+    def num(v: float | None, scale: float = 1.0) -> str:
+        return "-" if v is None else f"{v / scale:g}"
+
+    for e in entries:
+        half = e.value("peak_flops.tensor_bfloat16") or e.value("peak_flops.bfloat16") or e.value(
+            "peak_flops.float16")
+        static, optin = e.int_value("shared_memory_per_block_bytes"), e.int_value("shared_memory_per_block_optin_bytes")
+        smem = "-" if static is None else _size(static) + (f" ({_size(optin)} opt-in)" if optin and optin != static
+                                                            else "")
+        model = e.model if e.model.startswith(e.vendor) else f"{e.vendor} {e.model}"
+        table.add_row(e.name, model, num(e.value("cores")), num(e.value("memory_bandwidth_gbs")),
+                      num(e.value("peak_flops.float32"), 1e12), num(half, 1e12), smem, ", ".join(e.aliases))
+    out = Console()
+    out.print(table)
+    loc = Table(title="local devices")
+    for col in ("name", "kind", "model", "GB/s", "FP32 GFLOP/s", "status"):
+        loc.add_column(col)
+    for d in local:
+        spec = d.get("spec")
+        if spec:
+            loc.add_row(d["name"], d["kind"], d["model"], f"{spec['memory_bandwidth_gbs']:.1f}",
+                        f"{spec['peak_flops'].get('float32', 0) / 1e9:.1f}", "measured (cached)")
+        else:
+            loc.add_row(d["name"], d["kind"], d["model"], "-", "-", d.get("note", ""))
+    out.print(loc)

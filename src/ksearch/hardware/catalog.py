@@ -83,7 +83,7 @@ class Figure(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    value: float | None = None
+    value: int | float | None = None
     source: str | None = Field(default=None, description="key of the file's `sources`, resolved to its text on load")
     derived: str | None = Field(default=None, description="how the value was derived, and from what")
     note: str | None = None
