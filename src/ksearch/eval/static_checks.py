@@ -15,6 +15,14 @@ line continuations joined; ``definitions`` are the module's top-level ``def`` na
 
 A match is a `Finding` (rule, file, line, the line's text, the reason); the evaluator rejects the candidate
 with the first one. The checks are a first line, not the only one: the sandbox contains what they miss.
+
+A rule may carry ``unless`` (a regular expression: the rule is skipped for a file whose view matches it, e.g.
+``uint`` is Metal-only unless the file typedefs it). A *limit* rule has a ``measure`` instead of a pattern
+(`static_limits`): ``group-memory`` sums the shared/threadgroup arrays a kernel declares (``#define``,
+``constexpr``/``const`` and template defaults substituted) against ``limit``, a key of the rule file's
+``limits`` table (value + source); ``group-threads`` checks a launch plan's block / threadgroup size and
+``__launch_bounds__`` / ``[[max_total_threads_per_threadgroup(N)]]``. Their findings name the computed value,
+the limit and its source, and the declaration's line.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from pathlib import Path
 from typing import Callable, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from ksearch.errors import TargetError
 from ksearch.eval.records import Candidate
@@ -36,6 +44,17 @@ from ksearch.eval.records import Candidate
 RULES_DIR = Path(__file__).parent / "static_rules"
 
 View = Literal["text", "code", "definitions", "includes"]
+Measure = Literal["group-memory", "group-threads"]
+
+
+class Limit(BaseModel):
+    """One hard limit of a target (``limits`` in a rule file): a value and where the number comes from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    value: int
+    unit: str = ""
+    source: str
 
 
 class Rule(BaseModel):
@@ -45,22 +64,46 @@ class Rule(BaseModel):
 
     id: str
     why: str
-    pattern: str
+    pattern: str = ""
     view: View = "code"
+    #: a regular expression: the rule does not apply to a file whose view matches it (e.g. a typedef)
+    unless: str | None = None
+    #: a limit rule: what is measured (see `static_limits`) and the key of the limit in the file's table
+    measure: Measure | None = None
+    limit: str | None = None
+    #: group-memory: the address-space keyword of the declarations (``__shared__``, ``threadgroup``)
+    keyword: str | None = None
+    #: group-memory: add the launch plan's dynamic shared bytes (``launches[].shared_bytes``)
+    dynamic: bool = False
+    #: the resolved limit (filled in from the rule file's ``limits`` table when the rules load)
+    limit_value: int | None = None
+    limit_source: str = ""
 
     def __init__(self, **data):
         if "in" in data:
             data["view"] = data.pop("in")
         super().__init__(**data)
 
-    @field_validator("pattern")
+    @field_validator("pattern", "unless")
     @classmethod
-    def _compiles(cls, v: str) -> str:
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
         try:
             re.compile(v)
         except re.error as e:
             raise ValueError(f"pattern {v!r} is not a valid regular expression: {e}") from None
         return v
+
+    @model_validator(mode="after")
+    def _pattern_or_measure(self) -> "Rule":
+        if bool(self.pattern) == bool(self.measure):
+            raise ValueError(f"rule {self.id!r}: give either a pattern or a measure")
+        if self.measure and not self.limit:
+            raise ValueError(f"rule {self.id!r}: a measure needs a limit (a key of the file's limits table)")
+        if self.measure == "group-memory" and not self.keyword:
+            raise ValueError(f"rule {self.id!r}: group-memory needs the declarations' keyword")
+        return self
 
     @property
     def regex(self) -> re.Pattern:
@@ -87,16 +130,38 @@ class Finding:
 
 
 @lru_cache(maxsize=8)
-def rules_for(target: str) -> tuple[Rule, ...]:
-    """The rules of a target (empty when it has no rule file). Raises TargetError on a malformed file."""
+def _rule_file(target: str) -> tuple[tuple[Rule, ...], dict[str, Limit]]:
     path = RULES_DIR / f"{target}.yaml"
     if not path.is_file():
-        return ()
+        return (), {}
     try:
         data = yaml.safe_load(path.read_text()) or {}
-        return tuple(Rule(**r) for r in data.get("rules", []))
+        # TODO(hardware catalog): when src/ksearch/hardware/catalog.py lands, take these limits from its
+        # limits() for the run's device instead of the table in the rule file.
+        limits = {k: Limit(**v) for k, v in (data.get("limits") or {}).items()}
+        rules = []
+        for r in data.get("rules", []):
+            rule = Rule(**r)
+            if rule.limit is not None:
+                if rule.limit not in limits:
+                    raise ValueError(f"rule {rule.id!r} names limit {rule.limit!r}, not in the limits table "
+                                     f"({', '.join(limits) or 'empty'})")
+                lim = limits[rule.limit]
+                rule = rule.model_copy(update={"limit_value": lim.value, "limit_source": lim.source})
+            rules.append(rule)
+        return tuple(rules), limits
     except (yaml.YAMLError, ValueError, TypeError) as e:
         raise TargetError(f"static rules {path} are malformed: {e}") from None
+
+
+def rules_for(target: str) -> tuple[Rule, ...]:
+    """The rules of a target (empty when it has no rule file). Raises TargetError on a malformed file."""
+    return _rule_file(target)[0]
+
+
+def limits_for(target: str) -> dict[str, Limit]:
+    """The hard limits a target's rule file declares (``limits``: name -> value and source)."""
+    return dict(_rule_file(target)[1])
 
 
 # -- views ------------------------------------------------------------------------------------------------
@@ -264,8 +329,15 @@ def check(candidate: Candidate, rules: tuple[Rule, ...] | list[Rule], expand: Ex
     v = views(candidate, expand)
     findings: list[Finding] = []
     for rule in rules:
+        if rule.measure is not None:
+            from ksearch.eval.static_limits import measure
+
+            findings.extend(measure(rule, candidate, v.code))
+            continue
         for name, lines in getattr(v, rule.view).items():
             joined = "\n".join(t for _, t in lines)
+            if rule.unless and _compiled(rule.unless).search(joined):
+                continue
             for m in rule.regex.finditer(joined):
                 idx = joined.count("\n", 0, m.start())
                 line_no, line_text = lines[idx] if idx < len(lines) else (idx + 1, m.group())
