@@ -13,7 +13,7 @@ app = typer.Typer(help="ksearch: world-model-guided search for fast kernels, jud
 
 
 def _register() -> None:
-    from ksearch.cli import eval_cmd, run_cmd, tasks_cmd
+    from ksearch.cli import eval_cmd, knowledge_cmd, run_cmd, tasks_cmd
 
     app.command("run")(run_cmd.run_command)
     app.command("resume")(run_cmd.resume_command)
@@ -21,6 +21,7 @@ def _register() -> None:
     app.command("show")(run_cmd.show_command)
     app.command("eval")(eval_cmd.eval_command)
     app.add_typer(tasks_cmd.app, name="tasks")
+    app.add_typer(knowledge_cmd.app, name="knowledge")
     from ksearch.cli_hardware import app as hardware_app
 
     app.add_typer(hardware_app, name="hardware", help="The local device's spec and measured ceilings.")
