@@ -218,7 +218,8 @@ def declarations(code: str, keyword: str, target: str, consts: dict[str, int],
         body = m.group(1)
         if "(" in _QUALIFIERS.sub(" ", body):  # a function or a call, not a declaration
             continue
-        is_extern = bool(re.search(r"\bextern\b", code[max(0, m.start() - 40):m.start()]))
+        before = code[max(0, m.start() - 80):m.start()]
+        is_extern = bool(re.search(r"\bextern\b[^;{}]*$", before))
         line = code.count("\n", 0, m.start()) + 1
         group = next((i for i, (a, b, _) in enumerate(spans) if a <= m.start() < b), None)
         parts = _split_top(_QUALIFIERS.sub(" ", body))
