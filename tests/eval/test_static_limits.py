@@ -275,3 +275,15 @@ def test_pack_and_naive_cuda_kernels_pass_every_cuda_rule(task):
         k = pack.render(t.definition, choices, knobs)
         cand = Candidate(target="cuda", sources=k.sources, launch=k.launch)
         assert sc.check(cand, sc.rules_for("cuda")) == [], (choices, knobs)
+
+
+def test_limits_come_from_the_hardware_catalog():
+    from ksearch.hardware import catalog
+
+    metal, cuda = sc.limits_for("metal"), sc.limits_for("cuda")
+    m1, h200 = catalog.limits("m1-max"), catalog.limits("h200")
+    assert metal["threadgroup_memory_bytes"].value == m1.shared_memory_per_block_bytes
+    assert cuda["max_shared_bytes_optin"].value == h200.shared_memory_per_block_optin_bytes
+    assert metal["threadgroup_memory_bytes"].source.startswith("hardware catalog m1-max")
+    fallback = sc.Limit(value=1, source="table", catalog="no-such-device", figure="simd_width").resolved()
+    assert (fallback.value, fallback.source) == (1, "table")

@@ -38,7 +38,7 @@ from typing import Callable, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from ksearch.errors import TargetError
+from ksearch.errors import KsearchError, TargetError
 from ksearch.eval.records import Candidate
 
 RULES_DIR = Path(__file__).parent / "static_rules"
@@ -55,6 +55,26 @@ class Limit(BaseModel):
     value: int
     unit: str = ""
     source: str
+    #: a hardware catalog entry and one of its `Limits` fields: when both are given and the catalog has the
+    #: entry, the value and its source come from there (``value``/``source`` are the fallback)
+    catalog: str | None = None
+    figure: str | None = None
+
+    def resolved(self) -> "Limit":
+        """This limit with the value and source of the hardware catalog's entry where it has one."""
+        if not (self.catalog and self.figure):
+            return self
+        try:
+            from ksearch.hardware import catalog
+        except ImportError:  # pragma: no cover - the catalog ships with the package
+            return self
+        try:
+            value = getattr(catalog.limits(self.catalog), self.figure)
+            where = catalog.get(self.catalog).source_of(self.figure) or ""
+        except (KsearchError, AttributeError):
+            return self
+        return self.model_copy(update={"value": int(value),
+                                       "source": f"hardware catalog {self.catalog} ({self.figure}): {where}"})
 
 
 class Rule(BaseModel):
@@ -136,9 +156,9 @@ def _rule_file(target: str) -> tuple[tuple[Rule, ...], dict[str, Limit]]:
         return (), {}
     try:
         data = yaml.safe_load(path.read_text()) or {}
-        # TODO(hardware catalog): when src/ksearch/hardware/catalog.py lands, take these limits from its
-        # limits() for the run's device instead of the table in the rule file.
-        limits = {k: Limit(**v) for k, v in (data.get("limits") or {}).items()}
+        # values from the hardware catalog's limits() of the entry each limit names (the target's reference
+        # device: the judge does not pass the run's device to the rules yet), the table's as the fallback
+        limits = {k: Limit(**v).resolved() for k, v in (data.get("limits") or {}).items()}
         rules = []
         for r in data.get("rules", []):
             rule = Rule(**r)
