@@ -140,3 +140,18 @@ def test_show_llm_on_a_run_without_llm_calls(tmp_path, monkeypatch):
     assert r.exit_code == 0 and "made no llm calls" in r.output, r.output
     r = runner.invoke(app, ["show", "selective-scan-x", "--llm", "--json"])
     assert json.loads(r.output)["llm_totals"]["calls"] == 0
+
+
+def test_an_error_message_is_one_line_and_keeps_its_brackets(tmp_path):
+    """`error: ...` from main(): a message quoting a config table ([keys]) lost it to rich markup, and wrapped at
+    80 columns when stderr is not a terminal."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.update(KSEARCH_HOME=str(tmp_path / "home"), KSEARCH_CONFIG=str(tmp_path / "none.toml"), COLUMNS="80")
+    p = subprocess.run([sys.executable, "-m", "ksearch", "run", "selective-scan", "--model", "gpt-4.1"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: no API key"), p.stderr
+    assert "under [keys] in" in lines[0] and str(tmp_path / "none.toml") in lines[0]

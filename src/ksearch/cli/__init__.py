@@ -40,6 +40,9 @@ def main() -> None:
         app()
     except KsearchError as e:
         from rich.console import Console
+        from rich.markup import escape
 
-        Console(stderr=True).print(f"[bold red]error:[/] {e}", highlight=False, markup=True)
+        # the message is plain text (it may quote a config table such as [keys], or a server's words): escaped,
+        # and kept on one line however narrow the terminal
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
         sys.exit(2)
