@@ -8,7 +8,9 @@ not exist, and the third kernel does not compile. A fix request (the conversatio
 turn) is always answered validly. State (how many of each were asked) lives in a JSON file, so the same logic
 serves in-process servers, the queue's responder thread and the command backend's one-process-per-call script:
 
-    python -m tests.e2e.responder STATE_FILE < prompt.txt      (the command backend's plain-text prompt)
+    python -m tests.e2e.responder STATE_FILE [CHOICE_PREFIX] < prompt.txt   (the command backend's plain text)
+
+CHOICE_PREFIX, when given, starts every choice the planner writes (e.g. text that looks like rich markup).
 """
 
 from __future__ import annotations
@@ -76,4 +78,7 @@ def split_plain(text: str) -> list[dict]:
 
 
 if __name__ == "__main__":
-    sys.stdout.write(Responder(Path(sys.argv[1]))(split_plain(sys.stdin.read())))
+    reply = Responder(Path(sys.argv[1]))(split_plain(sys.stdin.read()))
+    if len(sys.argv) > 2:
+        reply = reply.replace('"choice": "', '"choice": ' + json.dumps(sys.argv[2])[:-1])
+    sys.stdout.write(reply)

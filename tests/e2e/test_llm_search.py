@@ -158,3 +158,20 @@ def test_a_token_limit_stops_the_run_and_resume_with_a_higher_one_finishes_it(tm
         assert r.exit_code == 0, r.output
     summary = json.loads(r.output[r.output.index("{"):])
     assert summary["evaluations"] == 10
+
+
+def test_a_planner_choice_that_looks_like_markup_is_shown_as_written(tmp_path, monkeypatch):
+    """A model's choice "[/] [bold]..." crashed `ksearch run` (rich MarkupError at the step line) and was eaten
+    by `ksearch show`'s tree."""
+    prefix = "[/] [bold]"
+    cmd = f"{sys.executable} -m tests.e2e.responder {tmp_path / 'state.json'} '{prefix}'"
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    r = runner.invoke(app, ["run", "selective-scan", "-w", "tiny,small-b2", "--budget", "2", "--backend",
+                            "command", "--command", cmd])
+    assert r.exit_code == 0, r.output
+    assert f"{prefix}family" in r.output
+    run_id = r.output.split("run ")[1].split()[0]
+    r = runner.invoke(app, ["show", run_id])
+    assert r.exit_code == 0, r.output
+    assert f"{prefix}family" in r.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ksearch.cli.options import llm_settings, positive_seconds
@@ -45,8 +46,9 @@ def _drive(session: Session, as_json: bool) -> None:
                 score = f"{r.score:.2f}x" if r.score else r.evaluation.status.value
                 note = " (same kernel as before, not re-run)" if r.reused else ""
                 why = r.decision.reason.split(";")[0]
-                bar.console.print(f"  [{r.seq:>3}] {r.node_id:<5} {r.label[:26]:<26} {r.node_status:<9} {score:>8}"
-                                  f"{note}  [dim]{why[:60]}[/]", highlight=False)
+                # labels are the planner's words (a model's, with the llm proposer): never markup
+                bar.console.print(f"  [{r.seq:>3}] {r.node_id:<5} {escape(f'{r.label[:26]:<26}')} "
+                                  f"{r.node_status:<9} {score:>8}{note}  [dim]{escape(why[:60])}[/]", highlight=False)
 
         try:  # Ctrl-C anywhere: the naive baseline, the search or the final measurements
             c.start()
@@ -62,7 +64,7 @@ def _drive(session: Session, as_json: bool) -> None:
         except (LLMBudgetExhausted, LLMUnavailable) as e:
             session.store.set_status("stopped")
             hint = " --max-cost USD / --max-tokens N" if isinstance(e, LLMBudgetExhausted) else ""
-            err.print(f"\nstopped after {c.evaluations} evaluations: {e}\ncontinue with "
+            err.print(f"\nstopped after {c.evaluations} evaluations: {escape(str(e))}\ncontinue with "
                       f"[bold]ksearch resume {session.run_id}{hint}[/]", highlight=False)
             if as_json:
                 typer.echo(json.dumps({"run_id": session.run_id, "status": "stopped", "reason": str(e),
@@ -89,7 +91,7 @@ def _print_summary(session: Session, summary: dict, as_json: bool) -> None:
     if summary["best_node_id"]:
         out.print("\n[bold]Path to the best kernel[/]")
         for line in decision_path(tree, summary["best_node_id"]):
-            out.print("  " + line, highlight=False)
+            out.print("  " + line, highlight=False, markup=False)
         out.print(f"\nbest kernel source: [bold]{summary['best_source']}[/]")
     else:
         out.print("[yellow]no candidate beat the naive kernel[/]")

@@ -109,7 +109,7 @@ def tree_view(tree: Tree, best_id: str | None = None, show_open: bool = True) ->
         fail = f" {n.evaluation.status}" if n.status == NodeStatus.FAILED and n.evaluation else ""
         star = " ★ best" if n.id == best_id else ""
         style = _STYLE.get(n.status, "")
-        text = f"{n.id} {n.decision + ': ' if n.decision and n.id != ROOT_ID else ''}{n.choice}"
+        text = escape(f"{n.id} {n.decision + ': ' if n.decision and n.id != ROOT_ID else ''}{n.choice}")
         return (f"[{style}]{text}[/] [{style}]{n.status.value}[/]{score}{fail} "
                 f"[dim](rating {n.rating:.1f}, conf {n.confidence:.2f})[/]{star}")
 
