@@ -155,3 +155,18 @@ def test_an_error_message_is_one_line_and_keeps_its_brackets(tmp_path):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: no API key"), p.stderr
     assert "under [keys] in" in lines[0] and str(tmp_path / "none.toml") in lines[0]
+
+
+def test_max_cost_on_a_model_without_a_price_is_refused_before_a_run_exists(tmp_path):
+    """--max-cost with an unpriced model failed at the run's first call (after the naive baseline), leaving an
+    'interrupted' run; with the command backend it was accepted and never bound."""
+    import os
+
+    env = dict(os.environ, KSEARCH_HOME=str(tmp_path / "home"))
+    for args, match in ((["--model", "my-finetune", "--base-url", "http://127.0.0.1:9/v1"],
+                         "'my-finetune' has no price"),
+                        (["--backend", "command", "--command", "cat"], "cannot limit the command backend")):
+        p = subprocess.run([sys.executable, "-m", "ksearch", "run", "selective-scan", "--max-cost", "1", *args],
+                           capture_output=True, text=True, env=env, timeout=120)
+        assert p.returncode == 2 and match in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not (tmp_path / "home" / "runs").exists() or not any((tmp_path / "home" / "runs").iterdir())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from ksearch.errors import ConfigError
 from ksearch.llm.base import LLMCall
 from ksearch.llm.settings import LLMSettings
 
@@ -31,18 +32,30 @@ class StoreReplay:
 
 def build_llm_proposer(task, target: str, hardware, settings: LLMSettings, store=None, strategy=None):
     """The `LLMProposer` for a run (``store``: its call log, replays and the evidence the coder's debug prompts
-    quote; ``strategy``: the run's StrategyConfig). Raises ConfigError (ksearch.errors) for a missing key, command or queue
-    directory, an unreadable price table, or a --max-cost on a model without a price."""
+    quote; ``strategy``: the run's StrategyConfig). Raises ConfigError (ksearch.errors) for a missing key, command
+    or queue directory, an unreadable price table, or a --max-cost on a model without a price."""
     from ksearch.llm.backends import make_backend
     from ksearch.llm.client import Budget, LLMClient
     from ksearch.llm.prices import Prices
     from ksearch.proposers.llm import LLMProposer
 
+    prices = Prices.load(settings.prices_file)
+    if settings.max_cost_usd is not None:  # refused here, before a run exists, not at its first call
+        unpriced = [m for m in dict.fromkeys((settings.planner, settings.coder)) if prices.lookup(m) is None]
+        if unpriced:
+            names = " and ".join(repr(m) for m in unpriced)
+            if settings.backend in ("command", "queue"):
+                raise ConfigError(f"--max-cost cannot limit the {settings.backend} backend: it reports no cost and "
+                                  f"the model {names} has no price; use --max-tokens (tokens are estimated from "
+                                  "the text), or give the model's price in a --prices file")
+            raise ConfigError(f"--max-cost is set but the model {names} has no price, so its spending cannot be "
+                              "limited: give its price in a --prices file (0 for a free local endpoint) or drop "
+                              "--max-cost (--max-tokens still limits it)")
     backend = make_backend(settings.backend, base_url=settings.base_url, command=settings.command,
                            queue_dir=settings.queue_dir, api_key_env=settings.api_key_env)
     calls = store.llm_calls() if store is not None else []
     budget = Budget.from_calls(calls, max_cost_usd=settings.max_cost_usd, max_tokens=settings.max_tokens)
-    client = LLMClient(backend, prices=Prices.load(settings.prices_file), budget=budget,
+    client = LLMClient(backend, prices=prices, budget=budget,
                        record=store.record_llm_call if store is not None else None, replay=StoreReplay(store),
                        retries=settings.retries, timeout_s=settings.timeout_s, temperature=settings.temperature)
     return LLMProposer(task, target, hardware, planner=client, coder=client, planner_model=settings.planner,
