@@ -170,3 +170,28 @@ def test_max_cost_on_a_model_without_a_price_is_refused_before_a_run_exists(tmp_
                            capture_output=True, text=True, env=env, timeout=120)
         assert p.returncode == 2 and match in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert not (tmp_path / "home" / "runs").exists() or not any((tmp_path / "home" / "runs").iterdir())
+
+
+def test_llm_flags_that_contradict_each_other_are_refused_on_one_line(tmp_path, monkeypatch):
+    """Flags silently dropped before: --proposer patterns with --model (the model won), --command with
+    --queue-dir (the queue was ignored), a backend's flag under another backend, --context / --llm-timeout
+    without the llm proposer. Each refusal is one `error:` line, exit 2, and no run."""
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    cases = [
+        (["--proposer", "patterns", "--model", "gpt-4o"], "not --proposer patterns"),
+        (["--command", "cat", "--queue-dir", str(tmp_path / "q")], "give one"),
+        (["--backend", "openai", "--command", "cat"], "--command is for the command backend"),
+        (["--backend", "command", "--queue-dir", str(tmp_path / "q")], "--queue-dir is for the queue backend"),
+        (["--command", "cat", "--base-url", "http://127.0.0.1:9/v1"], "not command"),
+        (["--queue-dir", str(tmp_path / "q"), "--api-key-env", "K"], "not queue"),
+        (["--context", "none"], "are for the llm proposer"),
+        (["--llm-timeout", "5"], "are for the llm proposer"),
+        (["--model", "gpt-4o", "--max-cost", "0"], "--max-cost: Input should be greater than 0"),
+    ]
+    for args, msg in cases:
+        r = runner.invoke(app, ["run", "selective-scan", *args])
+        assert r.exit_code == 2, (args, r.output)
+        lines = r.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and msg in lines[0], (args, r.output)
+    assert not (tmp_path / "home" / "runs").exists() or not any((tmp_path / "home" / "runs").iterdir())
+    assert not (tmp_path / "q").exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 import typer
 
 
@@ -12,8 +14,25 @@ def positive_seconds(value: float) -> float:
     return value
 
 
+def refuse(message: str) -> NoReturn:
+    """A user error found once the options are parsed (flags that contradict each other): ``error: message`` on
+    one line of stderr, exit status 2, like every other user error (`ksearch.cli.main`)."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    raise typer.Exit(2)
+
+
+#: `LLMSettings` fields as the flags that set them
+_FLAGS = {"backend": "--backend", "model": "--model", "planner_model": "--planner-model",
+          "coder_model": "--coder-model", "base_url": "--base-url", "api_key_env": "--api-key-env",
+          "command": "--command", "queue_dir": "--queue-dir", "context": "--context", "max_cost_usd": "--max-cost",
+          "max_tokens": "--max-tokens", "timeout_s": "--llm-timeout", "prices_file": "--prices"}
+
+
 def llm_settings(**values):
-    """`LLMSettings` from command-line values. Raises typer.BadParameter with the first problem."""
+    """`LLMSettings` from command-line values; the first problem is refused (`refuse`), named by its flag."""
     from pydantic import ValidationError
 
     from ksearch.llm.settings import LLMSettings
@@ -22,5 +41,5 @@ def llm_settings(**values):
         return LLMSettings(**values)
     except ValidationError as e:
         first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise typer.BadParameter(f"{where + ': ' if where else ''}{first['msg'].removeprefix('Value error, ')}") from None
+        where = ".".join(_FLAGS.get(str(x), str(x)) for x in first["loc"])
+        refuse(f"{where + ': ' if where else ''}{first['msg'].removeprefix('Value error, ')}")

@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ksearch.cli.options import llm_settings, positive_seconds
+from ksearch.cli.options import llm_settings, positive_seconds, refuse
 from ksearch.errors import LLMBudgetExhausted, LLMUnavailable
 from ksearch.llm.settings import infer_backend
 from ksearch.report.summary import decision_path, summary_table, tree_view, verdict_lines
@@ -105,7 +105,9 @@ def run_command(
                                             "CuPy) or triton (Triton kernels on an NVIDIA GPU, through torch)."),
     budget: int = typer.Option(40, min=1, help="Candidate evaluations to spend (the naive baseline not counted)."),
     seed: int = typer.Option(0, help="Seed of the strategy's tie breaks and the correctness inputs."),
-    proposer: str = typer.Option("patterns", help="Who writes edits and kernels: patterns (offline)."),
+    proposer: str = typer.Option("", help="Who writes edits and kernels: patterns (offline, from the knowledge "
+                                          "packs; the default) or llm (a language model: implied by --model, "
+                                          "--command or --queue-dir)."),
     timeout: float = typer.Option(60.0, help="Seconds one kernel call may take before it is killed.",
                                   callback=positive_seconds),
     workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all)."),
@@ -140,19 +142,33 @@ def run_command(
     """Search for a faster kernel for TASK, guided by the world model; resumable with `ksearch resume`."""
     names = [n.strip() for n in workloads.split(",") if n.strip()] or None
     llm = None
-    wants_llm = proposer == "llm" or any((model, planner_model, coder_model, command, queue_dir)) or \
-        backend in ("command", "queue")
+    implied = any((model, planner_model, coder_model, command, queue_dir)) or backend in ("command", "queue")
+    if proposer and proposer != "llm" and implied:
+        refuse(f"--model, --planner-model, --coder-model, --command, --queue-dir and --backend command|queue are "
+               f"for the llm proposer, not --proposer {proposer}")
+    if command and queue_dir:
+        refuse("--command and --queue-dir are two backends (command, queue): give one")
+    for flag, value, kind in (("--command", command, "command"), ("--queue-dir", queue_dir, "queue")):
+        if value and backend and backend != kind:
+            refuse(f"{flag} is for the {kind} backend, not --backend {backend}")
+    wants_llm = proposer == "llm" or implied
     if wants_llm:
         proposer = "llm"
+        chosen = backend or ("command" if command else "queue" if queue_dir else "")
+        if chosen in ("command", "queue") and (base_url or api_key_env):
+            refuse(f"--base-url and --api-key-env are for the openai and anthropic backends, not {chosen}")
         llm = llm_settings(backend=backend or ("command" if command else "queue" if queue_dir
                                                else infer_backend(model or planner_model, base_url)),
                            model=model, planner_model=planner_model or None, coder_model=coder_model or None,
                            base_url=base_url or None, api_key_env=api_key_env or None, command=command or None,
                            queue_dir=queue_dir or None, context=context, max_cost_usd=max_cost,
                            max_tokens=max_tokens, timeout_s=llm_timeout, prices_file=prices or None)
-    elif any((backend, base_url, api_key_env, prices)) or max_cost is not None or max_tokens is not None:
-        raise typer.BadParameter("--backend, --base-url, --api-key-env, --prices, --max-cost and --max-tokens "
-                                 "are for the llm proposer: give --model (or --proposer llm)")
+    elif any((backend, base_url, api_key_env, prices)) or max_cost is not None or max_tokens is not None or \
+            context != "full" or llm_timeout != 300.0:
+        refuse("--backend, --base-url, --api-key-env, --prices, --max-cost, --max-tokens, --context and "
+               "--llm-timeout are for the llm proposer: give --model (or --proposer llm)")
+    else:
+        proposer = proposer or "patterns"
     cfg = RunConfig(task=task, target=target, budget=budget, seed=seed, proposer=proposer, timeout_s=timeout,
                     workloads=names, llm=llm,
                     strategy=StrategyConfig(seed=seed, stagnation_window=stagnation))
