@@ -175,3 +175,20 @@ def test_a_planner_choice_that_looks_like_markup_is_shown_as_written(tmp_path, m
     r = runner.invoke(app, ["show", run_id])
     assert r.exit_code == 0, r.output
     assert f"{prefix}family" in r.output
+
+
+def test_an_endpoint_that_refuses_stops_the_run_resumably(tmp_path, monkeypatch):
+    """A 401 (or 404, 400: what no retry cures) ended the run with `error:` (exit 2) and status interrupted, no
+    word of resuming; it is a clean stop like a dead endpoint: exit 3, status stopped, `ksearch resume RUN`."""
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    with ScriptedOpenAIServer([], default=Status(401, message="invalid api key")) as srv:
+        r = runner.invoke(app, RUN + ["--model", "gpt-4o-mini", "--base-url", srv.base_url])
+    assert r.exit_code == 3, r.output
+    stopped = json.loads(r.output[r.output.index("{"):])
+    assert stopped["status"] == "stopped" and "HTTP 401: invalid api key" in stopped["reason"]
+    assert f"continue with ksearch resume {stopped['run_id']}" in " ".join(r.output.split())
+    store = open_run(stopped["run_id"])
+    try:
+        assert store.run()["status"] == "stopped"
+    finally:
+        store.close()

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ksearch.cli.options import llm_settings, positive_seconds, refuse
-from ksearch.errors import LLMBudgetExhausted, LLMUnavailable
+from ksearch.errors import LLMBudgetExhausted, LLMError, LLMUnavailable
 from ksearch.llm.settings import infer_backend
 from ksearch.report.summary import decision_path, summary_table, tree_view, verdict_lines
 from ksearch.report.tables import wide_console
@@ -61,10 +61,11 @@ def _drive(session: Session, as_json: bool) -> None:
             err.print(f"\ninterrupted after {c.evaluations} evaluations; continue with "
                       f"[bold]ksearch resume {session.run_id}[/]")
             raise typer.Exit(130) from None
-        except (LLMBudgetExhausted, LLMUnavailable) as e:
+        except LLMError as e:  # a limit, an endpoint that stayed down, or one that refused (a key, a model name)
             session.store.set_status("stopped")
             hint = " --max-cost USD / --max-tokens N" if isinstance(e, LLMBudgetExhausted) else ""
-            err.print(f"\nstopped after {c.evaluations} evaluations: {escape(str(e))}\ncontinue with "
+            fix = "" if isinstance(e, (LLMBudgetExhausted, LLMUnavailable)) else "once its cause is fixed, "
+            err.print(f"\nstopped after {c.evaluations} evaluations: {escape(str(e))}\n{fix}continue with "
                       f"[bold]ksearch resume {session.run_id}{hint}[/]", highlight=False)
             if as_json:
                 typer.echo(json.dumps({"run_id": session.run_id, "status": "stopped", "reason": str(e),
