@@ -207,6 +207,18 @@ def test_command_timeout_and_signal_are_transient(tmp_path, step):
     assert client.ask("coder", "code:first", MSGS, model="m").text == "ok"
 
 
+def test_command_that_prints_nothing_is_asked_again_then_stops(tmp_path):
+    """An empty stdout (exit 0) was taken as the model's answer: a run whose command printed nothing ended with 0
+    evaluations and exit 0. It is transient now: retried, then LLMUnavailable (the run stops, resumable)."""
+    cmd = scripted_command(tmp_path, ["", "  \n", "answer"])
+    records = []
+    assert client_for(CommandBackend(cmd.command), records).ask("coder", "code:first", MSGS, model="m").text == "answer"
+    assert records[0].attempts == 3
+    cmd = scripted_command(tmp_path, [""] * 5)
+    with pytest.raises(LLMUnavailable, match="printed nothing on stdout"):
+        client_for(CommandBackend(cmd.command), [], retries=1).ask("coder", "code:first", MSGS, model="m")
+
+
 def test_command_nonzero_exit_is_final_with_stderr(tmp_path):
     cmd = scripted_command(tmp_path, [Fail(2, "line one\nfatal: quota exceeded\n")])
     records = []
@@ -216,9 +228,18 @@ def test_command_nonzero_exit_is_final_with_stderr(tmp_path):
 
 
 def test_command_missing_program_and_bad_command(tmp_path):
-    with pytest.raises(LLMError, match="cannot start 'no-such-program-ksearch'"):
-        CommandBackend("no-such-program-ksearch --x").complete(MSGS, model="m", max_tokens=1, temperature=0,
-                                                               timeout_s=1)
+    # refused when the backend is made (before a run exists), not at the run's first call
+    with pytest.raises(ConfigError, match="'no-such-program-ksearch' is not a program that can be run"):
+        CommandBackend("no-such-program-ksearch --x")
+    script = tmp_path / "agent"
+    script.write_text("#!/bin/sh\necho hi\n")
+    with pytest.raises(ConfigError, match="not a program"):
+        CommandBackend(str(script))  # not executable
+    script.chmod(0o755)
+    backend = CommandBackend(str(script))
+    script.unlink()  # gone during the run: a final error at the call
+    with pytest.raises(LLMError, match="cannot start"):
+        backend.complete(MSGS, model="m", max_tokens=1, temperature=0, timeout_s=1)
     with pytest.raises(ConfigError, match="empty"):
         CommandBackend("   ")
     with pytest.raises(ConfigError, match="cannot split"):

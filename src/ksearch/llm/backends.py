@@ -39,6 +39,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -270,9 +271,10 @@ class CommandBackend:
     ``command``: split like a shell would (`shlex.split`) but run without one; ``{model}`` in it becomes the
     call's model. The program runs in its own process group with this process's environment plus
     ``KSEARCH_LLM_MODEL``, ``KSEARCH_LLM_MAX_TOKENS`` and ``KSEARCH_LLM_PURPOSE``. A timeout or a death by
-    signal is transient (the group is killed; the client asks again); a non-zero exit is final (an LLMError
-    with the end of stderr). Usage is not reported (0 tokens), so --max-tokens and --max-cost do not bind it.
-    """
+    signal is transient (the group is killed; the client asks again), and so is an empty stdout; a non-zero exit
+    is final (an LLMError with the end of stderr). A program that cannot be found is a ConfigError at once.
+    Usage is not reported: the client estimates the tokens from the text (--max-tokens binds; --max-cost only
+    with a priced --model)."""
 
     name = "command"
 
@@ -283,6 +285,9 @@ class CommandBackend:
             raise ConfigError(f"command backend: cannot split {command!r}: {e}") from None
         if not self.argv:
             raise ConfigError("command backend: the command is empty")
+        if "{model}" not in self.argv[0] and shutil.which(self.argv[0]) is None:  # refused before a run exists
+            raise ConfigError(f"command backend: {self.argv[0]!r} is not a program that can be run (not found, "
+                              "or not executable)")
         self.command = command
 
     def __repr__(self) -> str:
@@ -318,8 +323,12 @@ class CommandBackend:
             tail = err.decode("utf-8", "replace").strip()[-_STDERR_CHARS:]
             raise LLMError(f"command: {argv[0]} exited with status {proc.returncode}"
                            + (f"; stderr ends: {tail}" if tail else " (no stderr)"))
-        return LLMReply(text=out.decode("utf-8", "replace"), usage=Usage(), model=model, finish_reason=None,
-                        latency_s=latency)
+        text = out.decode("utf-8", "replace")
+        if not text.strip():  # a program that answers nothing is not a model that said nothing: ask again
+            tail = err.decode("utf-8", "replace").strip()[-_STDERR_CHARS:]
+            raise TransientLLMError(f"command: {argv[0]} exited 0 but printed nothing on stdout"
+                                    + (f"; stderr ends: {tail}" if tail else ""))
+        return LLMReply(text=text, usage=Usage(), model=model, finish_reason=None, latency_s=latency)
 
     @staticmethod
     def _kill(proc: subprocess.Popen) -> None:
