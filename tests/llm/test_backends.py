@@ -330,7 +330,7 @@ def test_make_backend_kinds_and_missing_settings(no_keys, tmp_path, monkeypatch)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     assert isinstance(make_backend("openai"), OpenAIBackend)
     assert isinstance(make_backend("anthropic", base_url="http://localhost:8080", api_key="x"), AnthropicBackend)
-    assert isinstance(make_backend("command", command="agent -p"), CommandBackend)
+    assert isinstance(make_backend("command", command="cat -u"), CommandBackend)  # a program that exists
     assert isinstance(make_backend("queue", queue_dir=tmp_path / "q"), QueueBackend)
     with pytest.raises(ConfigError, match="needs a command"):
         make_backend("command")
