@@ -294,6 +294,26 @@ def test_queue_unanswered_stops_cleanly_and_resume_picks_up_the_reply(tmp_path):
     assert (q / "0002-code-first.reply.md").exists()
 
 
+def test_queue_directory_that_cannot_be_written(tmp_path, monkeypatch):
+    """A read-only queue directory was a traceback (OSError from the first prompt's write), after the run had
+    been created: now a ConfigError when the backend is made, and an LLMError if it turns read-only later."""
+    from ksearch.llm import backends
+
+    q = tmp_path / "q"
+    late = QueueBackend(q, poll_s=0.01)
+
+    def read_only(path, text):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(backends, "_atomic_write", read_only)
+    with pytest.raises(ConfigError, match=r"queue backend: .*q is not writable: Read-only file system"):
+        QueueBackend(q)
+    with pytest.raises(LLMError, match="queue: cannot write the prompt in .*: Read-only file system") as e:
+        late.complete(MSGS, model="m", max_tokens=10, temperature=0, timeout_s=1)
+    assert not isinstance(e.value, TransientLLMError)
+    assert not list(q.iterdir())  # no probe left behind
+
+
 def test_queue_waits_for_a_non_empty_stable_reply(tmp_path):
     q = tmp_path / "q"
     backend = QueueBackend(q, poll_s=0.01)

@@ -367,6 +367,12 @@ class QueueBackend:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise ConfigError(f"queue backend: {self.directory} cannot be created: {e.strerror}") from None
+        probe = self.directory / f".ksearch-probe.{os.getpid()}"
+        try:  # refused now, before a run exists, not at the run's first prompt
+            _atomic_write(probe, "")
+            probe.unlink()
+        except OSError as e:
+            raise ConfigError(f"queue backend: {self.directory} is not writable: {e.strerror or e}") from None
         self.poll_s = poll_s
         self.wait_s = wait_s
         self._sleep = sleep
@@ -378,7 +384,10 @@ class QueueBackend:
     def complete(self, messages: list[Message], *, model: str, max_tokens: int, temperature: float,
                  timeout_s: float) -> LLMReply:
         h = prompt_hash(messages, model)
-        stem = self._pending(h) or self._post(messages, model, max_tokens, temperature, h)
+        try:
+            stem = self._pending(h) or self._post(messages, model, max_tokens, temperature, h)
+        except OSError as e:  # the directory went away or became read-only during the run
+            raise LLMError(f"queue: cannot write the prompt in {self.directory}: {e.strerror or e}") from None
         reply = self.directory / f"{stem}.reply.md"
         wait = self.wait_s if self.wait_s is not None else timeout_s
         t0 = self._clock()
@@ -392,7 +401,10 @@ class QueueBackend:
                 sig = None
             now = self._clock()
             if sig is not None and (sig == seen or now >= deadline):
-                text = reply.read_text(encoding="utf-8", errors="replace")
+                try:
+                    text = reply.read_text(encoding="utf-8", errors="replace")
+                except OSError as e:
+                    raise LLMError(f"queue: cannot read {reply}: {e.strerror or e}") from None
                 if text.strip():
                     self._consume(stem)
                     return LLMReply(text=text, usage=Usage(), model=model, finish_reason=None,
@@ -440,7 +452,10 @@ class QueueBackend:
         except (OSError, ValueError):
             return
         doc["consumed"] = True
-        _atomic_write(path, json.dumps(doc, indent=1))
+        try:
+            _atomic_write(path, json.dumps(doc, indent=1))
+        except OSError:  # the reply is read; an unmarked prompt is only reused for the same question
+            pass
 
 
 BACKENDS = ("openai", "anthropic", "command", "queue")
