@@ -147,6 +147,27 @@ def test_truncated_reply_is_returned_and_flagged():
     assert is_truncated("max_tokens") and not is_truncated("stop") and not is_truncated(None)
 
 
+def test_a_reply_far_longer_than_asked_is_cut_and_flagged():
+    """A command that printed 100 MB (or a 40 MB kernel) was kept whole in every record: a 10-evaluation run
+    store grew to 2.6 GB, and the kernel went into later prompts. Now cut at reply_limit, flagged truncated,
+    its tokens still counted whole."""
+    from ksearch.llm.client import reply_limit
+
+    records = []
+    huge = "```c\nvoid run(void) {}\n```\n" + "log line\n" * 200_000
+    client, _ = make([reply(huge, inp=0, out=0, finish=None)], records, name="command")  # no usage reported
+    got = client.ask("coder", "code:first", MSGS, model="agent", max_tokens=8192)
+    assert len(got.text) == reply_limit(8192) == 16 * 8192 and got.text == huge[:16 * 8192]
+    assert got.finish_reason == "length" and records[0].finish_reason == "length"
+    assert len(records[0].reply) == 16 * 8192
+    assert records[0].usage.output_tokens == round(len(huge) / 4)  # what was produced, not what was kept
+    client, _ = make(["x" * 70_000], records)
+    assert client.ask("planner", "p", MSGS, model="gpt-4o", max_tokens=10).finish_reason == "length"
+    assert len(records[-1].reply) == 65_536  # the floor for small limits
+    client, _ = make(["short"], records)
+    assert client.ask("planner", "p", MSGS, model="gpt-4o", max_tokens=10).finish_reason == "stop"
+
+
 def test_budget_by_cost_lets_the_crossing_call_through_then_refuses():
     prices = Prices({"m": Price(1.0, 1.0)})  # $1 per million tokens
     client, backend = make([reply(inp=600_000, out=0), reply(inp=600_000, out=0), "never"], prices=prices,

@@ -14,7 +14,8 @@ the run's budget, the call log and the replay of recorded answers.
 4. Success: cost from the usage (estimated at ~4 characters a token, and flagged so, when the backend reports
    none: command and queue) and the price table (None for an unpriced model: tokens still count), added to
    the budget, recorded, returned. A truncated reply (finish_reason length / max_tokens) is returned as it
-   is, its finish_reason in the record says so (`is_truncated`); the proposer decides what to do.
+   is, its finish_reason in the record says so (`is_truncated`); the proposer decides what to do. A reply
+   longer than `reply_limit` characters is cut there and flagged the same way.
 
 The record never holds the API key: the client has none, and backends take it out of their error texts.
 """
@@ -32,6 +33,17 @@ from ksearch.llm.prices import Prices
 
 #: finish reasons that mean the reply was cut off (OpenAI-compatible, Anthropic)
 TRUNCATED_REASONS = frozenset({"length", "max_tokens", "model_context_window_exceeded"})
+
+#: the longest reply kept, in characters per token asked for (a token is ~4 characters: 4x headroom), and at
+#: least MIN_REPLY_CHARS. A longer reply (a command that prints logs without end, a server that ignores
+#: max_tokens) is cut there and flagged truncated, so the run store, the candidates and later prompts stay small.
+REPLY_CHARS_PER_TOKEN = 16
+MIN_REPLY_CHARS = 65_536
+
+
+def reply_limit(max_tokens: int) -> int:
+    """Characters of a reply kept when ``max_tokens`` were asked for."""
+    return max(MIN_REPLY_CHARS, REPLY_CHARS_PER_TOKEN * max_tokens)
 
 
 def estimate_usage(messages: list[Message], reply: str) -> Usage:
@@ -199,6 +211,9 @@ class LLMClient:
         estimated = reply.usage.total == 0
         if estimated:  # command and queue backends report none: count ~4 characters a token, flagged
             reply = reply.model_copy(update={"usage": estimate_usage(messages, reply.text)})
+        limit = reply_limit(max_tokens)
+        if len(reply.text) > limit:  # counted whole above, kept cut (and flagged as cut) from here on
+            reply = reply.model_copy(update={"text": reply.text[:limit], "finish_reason": "length"})
         cost = self.prices.cost(model, reply.usage)
         if cost is None and reply.model and reply.model != model:
             cost = self.prices.cost(reply.model, reply.usage)
