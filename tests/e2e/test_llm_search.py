@@ -192,3 +192,18 @@ def test_an_endpoint_that_refuses_stops_the_run_resumably(tmp_path, monkeypatch)
         assert store.run()["status"] == "stopped"
     finally:
         store.close()
+
+
+def test_a_coder_reply_without_a_kernel_is_not_called_a_kernel_judged_before(tmp_path, monkeypatch):
+    """The step line of a node whose coder reply held no kernel said "(same kernel as before, not re-run)"."""
+    from ..llm.fakes import scripted_command
+
+    fam = lambda i: {"op": "insert", "parent_id": "root", "id": f"fam{i}", "decision": "kernel family",
+                     "choice": f"family {i}", "rating": 6, "confidence": 0.5,
+                     "action": {"title": f"family {i}", "description": "rows of the scan split another way"}}
+    cmd = scripted_command(tmp_path, [json.dumps([fam(1), fam(2)]), "I would rather not write code today.", "[]"])
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    r = runner.invoke(app, ["run", "selective-scan", "-w", "tiny", "--budget", "2", "--command", cmd.command])
+    assert r.exit_code == 3, r.output  # the script then runs out: the command fails, the run stops
+    line = next(x for x in r.output.splitlines() if "COMPILE_ERROR" in x)
+    assert "(no kernel: nothing judged)" in line and "same kernel" not in line, r.output

@@ -44,7 +44,8 @@ def _drive(session: Session, as_json: bool) -> None:
             bar.update(job, completed=c.evaluations, best=_best(c))
             if not quiet:
                 score = f"{r.score:.2f}x" if r.score else r.evaluation.status.value
-                note = " (same kernel as before, not re-run)" if r.reused else ""
+                note = "" if not r.reused else " (no kernel: nothing judged)" if not r.evaluation.candidate_id \
+                    else " (same kernel as before, not re-run)"
                 why = r.decision.reason.split(";")[0]
                 # labels are the planner's words (a model's, with the llm proposer): never markup
                 bar.console.print(f"  [{r.seq:>3}] {r.node_id:<5} {escape(f'{r.label[:26]:<26}')} "
