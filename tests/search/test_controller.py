@@ -135,9 +135,11 @@ def test_an_llm_stop_during_refinement_keeps_the_measurement(tmp_path):
         return real(tree, node_id, state)
 
     c.proposer.refine = refine
+    reports = []
     with pytest.raises(LLMBudgetExhausted):
-        c.run()
+        c.run(reports.append)
     assert c.evaluations == 3 and len(c.evaluator.calls) == 4  # naive + 3, the third one kept
+    assert [r.seq for r in reports] == [1, 2, 3]  # the stopped step is reported too (its line was missing)
     c.proposer.refine = real
     again = Controller(c.store, TASK, c.evaluator, PatternsProposer(TASK, "cpu", None), c.cfg)
     again.start()

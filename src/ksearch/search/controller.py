@@ -188,7 +188,13 @@ class Controller:
         so without this bound such a run would never end). Ctrl-C propagates after the store is safe."""
         idle = 0
         while not self.done():
-            report = self.step()
+            try:
+                report = self.step()
+            except LLMError as e:  # a stop during the refinement: the step's evaluation is saved, show it too
+                done = getattr(e, "step_report", None)
+                if done is not None and on_step:
+                    on_step(done)
+                raise
             if report is None:
                 break
             if on_step:
@@ -252,10 +258,12 @@ class Controller:
             seq = self.store.record_step(candidate, evaluation, summary.score, tree.model_dump_json(),
                                          state.model_dump_json(), decision.model_dump_json(), log)
         self.tree, self.state = tree, state
+        report = StepReport(seq, node_id, node.label, decision, evaluation, summary.score,
+                            tree[node_id].status.value, reused)
         if stop is not None:
+            stop.step_report = report  # what `run` hands to on_step before the stop goes on
             raise stop
-        return StepReport(seq, node_id, node.label, decision, evaluation, summary.score,
-                          tree[node_id].status.value, reused)
+        return report
 
     # -- helpers ------------------------------------------------------------------------------------
 
