@@ -147,6 +147,29 @@ def test_an_llm_stop_during_refinement_keeps_the_measurement(tmp_path):
     assert again.evaluations == 6
 
 
+def test_a_stop_while_building_the_first_tree_does_not_measure_the_naive_kernel_again(tmp_path):
+    """The llm proposer stopped at its first question (plan:initial: a limit, a dead endpoint, Ctrl-C): resume
+    measured the naive kernel again, so the first prompt (which quotes its times) changed and the answer paid
+    for, or written in the queue directory, was never used."""
+    from ksearch.errors import LLMUnavailable
+
+    c = make(tmp_path)
+    seen = []
+
+    def initial_edits(tree):
+        seen.append(tree.model_dump_json())
+        raise LLMUnavailable("the endpoint stayed down")
+
+    c.proposer.initial_edits = initial_edits
+    with pytest.raises(LLMUnavailable):
+        c.start()
+    again = Controller(c.store, TASK, FakeJudge(), PatternsProposer(TASK, "cpu", None), c.cfg)
+    again.proposer.initial_edits = lambda tree: seen.append(tree.model_dump_json()) or []
+    again.start()
+    assert again.evaluator.calls == [] and seen[0] == seen[1]  # not judged again; the same tree to plan from
+    assert again.evaluator.naive_ms == c.evaluator.naive_ms
+
+
 def test_a_proposer_that_only_repeats_itself_cannot_keep_a_run_going(tmp_path):
     """Every step's kernel already judged (an llm can do that): the budget counts judged kernels, so the
     loop must end on its own after MAX_IDLE_STEPS idle steps."""

@@ -145,21 +145,35 @@ class Controller:
         if snap is not None:
             self._load(*snap)
             return
-        self.progress("baseline: judging the naive kernel")
         naive = self.evaluator.naive_candidate()
-        ev = self.evaluator.evaluate(naive, self.cfg.workloads, timing=self.timing, with_speedup=False)
-        if ev.status is not Status.PASSED:
-            raise SearchError(f"the task's naive kernel does not pass ({ev.status.value}): {ev.message}")
-        self.evaluator.remember_naive(ev)
-        for r in ev.workloads:
-            if r.median_ms is not None:
-                r.speedup_vs_naive = 1.0
-        self.store.put_baseline("naive", "candidate", {"candidate": naive.model_dump(mode="json"),
-                                                       "evaluation": ev.model_dump(mode="json")})
+        ev = self._stored_naive()  # a run stopped while building its first tree: measured already
+        if ev is None:
+            self.progress("baseline: judging the naive kernel")
+            ev = self.evaluator.evaluate(naive, self.cfg.workloads, timing=self.timing, with_speedup=False)
+            if ev.status is not Status.PASSED:
+                raise SearchError(f"the task's naive kernel does not pass ({ev.status.value}): {ev.message}")
+            self.evaluator.remember_naive(ev)
+            for r in ev.workloads:
+                if r.median_ms is not None:
+                    r.speedup_vs_naive = 1.0
+            self.store.put_baseline("naive", "candidate", {"candidate": naive.model_dump(mode="json"),
+                                                           "evaluation": ev.model_dump(mode="json")})
+        else:
+            self.evaluator.remember_naive(ev)
+        # the same measurement, so the same first prompt: an llm proposer's paid answer to it is replayed
         tree = attach(Tree.new(), ROOT_ID, naive.id, summarize(ev))
         tree, log = self._apply(tree, self.proposer.initial_edits(tree), "proposer:init")
         self.tree, self.state = tree, SearchState()
         self.store.record_snapshot(self.tree.model_dump_json(), self.state.model_dump_json(), log)
+
+    def _stored_naive(self) -> Evaluation | None:
+        """The naive kernel's saved evaluation when it passed, else None."""
+        naive = self.store.baseline("naive")
+        try:
+            ev = Evaluation.model_validate(naive["evaluation"]) if naive else None
+        except (ValidationError, KeyError, TypeError):
+            return None
+        return ev if ev is not None and ev.status is Status.PASSED else None
 
     def _load(self, tree: Tree, state: SearchState) -> None:
         self.tree, self.state = tree, state
