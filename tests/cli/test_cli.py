@@ -195,3 +195,23 @@ def test_llm_flags_that_contradict_each_other_are_refused_on_one_line(tmp_path, 
         assert len(lines) == 1 and lines[0].startswith("error: ") and msg in lines[0], (args, r.output)
     assert not (tmp_path / "home" / "runs").exists() or not any((tmp_path / "home" / "runs").iterdir())
     assert not (tmp_path / "q").exists()
+
+
+def test_a_relative_queue_dir_and_price_file_are_saved_absolute(tmp_path, monkeypatch):
+    """`--queue-dir ./prompts` (the README's example) was saved as written: `ksearch resume` from another
+    directory wrote its prompts to another ./prompts and waited there forever. Same for --prices."""
+    from ksearch.cli import run_cmd
+    from ksearch.errors import SearchError
+
+    saved = []
+
+    def create(cfg, progress=None):
+        saved.append(cfg)
+        raise SearchError("stop before the run")
+
+    monkeypatch.setattr(run_cmd.Session, "create", create)
+    monkeypatch.chdir(tmp_path)
+    runner.invoke(app, ["run", "--queue-dir", "./prompts"])
+    runner.invoke(app, ["run", "--model", "gpt-4o", "--prices", "p.yaml"])
+    assert saved[0].llm.queue_dir == str(tmp_path / "prompts")
+    assert saved[1].llm.prices_file == str(tmp_path / "p.yaml")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
 from rich.markup import escape
@@ -159,6 +160,8 @@ def run_command(
         chosen = backend or ("command" if command else "queue" if queue_dir else "")
         if chosen in ("command", "queue") and (base_url or api_key_env):
             refuse(f"--base-url and --api-key-env are for the openai and anthropic backends, not {chosen}")
+        # saved absolute, like a task path, so that `ksearch resume` from another directory finds them
+        queue_dir, prices = (str(Path(p).expanduser().absolute()) if p else "" for p in (queue_dir, prices))
         llm = llm_settings(backend=backend or ("command" if command else "queue" if queue_dir
                                                else infer_backend(model or planner_model, base_url)),
                            model=model, planner_model=planner_model or None, coder_model=coder_model or None,
