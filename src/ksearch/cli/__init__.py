@@ -24,7 +24,8 @@ def _register() -> None:
     app.add_typer(knowledge_cmd.app, name="knowledge")
     from ksearch.cli_hardware import app as hardware_app
 
-    app.add_typer(hardware_app, name="hardware", help="The local device's spec and measured ceilings.")
+    app.add_typer(hardware_app, name="hardware",
+                  help="The local device's spec and measured ceilings, and the catalog of other hardware.")
 
 
 _register()
