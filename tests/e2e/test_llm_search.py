@@ -207,3 +207,16 @@ def test_a_coder_reply_without_a_kernel_is_not_called_a_kernel_judged_before(tmp
     assert r.exit_code == 3, r.output  # the script then runs out: the command fails, the run stops
     line = next(x for x in r.output.splitlines() if "COMPILE_ERROR" in x)
     assert "(no kernel: nothing judged)" in line and "same kernel" not in line, r.output
+
+
+def test_a_model_that_never_gives_usable_edits_ends_saying_nothing_was_judged(tmp_path, monkeypatch):
+    """A planner answering prose forever ended its run with "no candidate beat the naive kernel" under 0
+    evaluations, as if candidates had been judged and lost."""
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    with ScriptedOpenAIServer([], default="I would think about it some more.") as srv:
+        r = runner.invoke(app, ["run", "selective-scan", "-w", "tiny", "--budget", "2", "--model", "gpt-4o-mini",
+                                "--base-url", srv.base_url])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "no candidate was judged: the proposer gave none to judge (its calls: ksearch show" in text
+    assert "no candidate beat" not in text

@@ -96,8 +96,11 @@ def _print_summary(session: Session, summary: dict, as_json: bool) -> None:
         for line in decision_path(tree, summary["best_node_id"]):
             out.print("  " + line, highlight=False, markup=False)
         out.print(f"\nbest kernel source: [bold]{summary['best_source']}[/]")
-    else:
+    elif summary["evaluations"]:
         out.print("[yellow]no candidate beat the naive kernel[/]")
+    else:  # e.g. a model that never answered with edits that validate: say so, not "none beat the naive"
+        calls = f" (its calls: ksearch show {summary['run_id']} --llm)" if session.cfg.proposer == "llm" else ""
+        out.print(f"[yellow]no candidate was judged: the proposer gave none to judge{calls}[/]", highlight=False)
     out.print(f"{summary['evaluations']} evaluations · run {summary['run_id']} · "
               f"`ksearch show {summary['run_id']}` for the whole tree")
 
