@@ -187,6 +187,9 @@ def test_llm_flags_that_contradict_each_other_are_refused_on_one_line(tmp_path, 
         (["--context", "none"], "are for the llm proposer"),
         (["--llm-timeout", "5"], "are for the llm proposer"),
         (["--model", "gpt-4o", "--max-cost", "0"], "--max-cost: Input should be greater than 0"),
+        # no scheme: the run was created, then stopped after five connection failures, and a resume kept the URL
+        (["--model", "m", "--base-url", "localhost:8000/v1"], "--base-url must be an http:// or https:// URL"),
+        (["--model", "m", "--base-url", "ftp://example.com/v1"], "not 'ftp://example.com/v1'"),
     ]
     for args, msg in cases:
         r = runner.invoke(app, ["run", "selective-scan", *args])

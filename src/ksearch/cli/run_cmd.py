@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import typer
@@ -163,6 +164,8 @@ def run_command(
         chosen = backend or ("command" if command else "queue" if queue_dir else "")
         if chosen in ("command", "queue") and (base_url or api_key_env):
             refuse(f"--base-url and --api-key-env are for the openai and anthropic backends, not {chosen}")
+        if base_url and not re.match(r"https?://[^/\s]+", base_url, re.I):  # a resume could not correct it
+            refuse(f"--base-url must be an http:// or https:// URL (e.g. http://localhost:8000/v1), not {base_url!r}")
         # saved absolute, like a task path, so that `ksearch resume` from another directory finds them
         queue_dir, prices = (str(Path(p).expanduser().absolute()) if p else "" for p in (queue_dir, prices))
         llm = llm_settings(backend=backend or ("command" if command else "queue" if queue_dir
