@@ -74,8 +74,11 @@ def test_ctrl_c_during_eval_says_so_and_leaves_no_worker(tmp_path):
 
     k = tmp_path / "endless.c"
     k.write_text(kernels.ENDLESS)
+    # Ctrl-C as a terminal delivers it: the child's SIGINT at its default, whatever this test process inherited
+    # (a suite started in the background by a non-interactive shell inherits SIGINT ignored, and so would ksearch)
     proc = subprocess.Popen([sys.executable, "-m", "ksearch", "eval", "selective-scan", str(k), "-w", "tiny",
-                             "--no-naive"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--no-naive"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not list(shared_base().glob(f"ksearch-eval-{proc.pid}-*/home")):
         time.sleep(0.05)  # until the worker's directory exists

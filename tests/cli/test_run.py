@@ -86,7 +86,8 @@ def test_sigkill_during_evaluation_then_resume(env, tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_stops_cleanly(env, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "ksearch", *ARGS], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,  # SIGINT at its default, as from a terminal
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for_evaluations(tmp_path / "home" / "runs", 1)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
