@@ -273,10 +273,13 @@ _HEAD_RE = re.compile(r"(~?[A-Za-z_]\w*)\s*\((?:[^()]|\([^()]*\))*\)\s*(?:const\
 _OPEN_NO_DEPTH = re.compile(r"(\bextern\s*\"\s*\"|\bnamespace\b[^;{}]*)\s*$")
 
 
-def defined_functions(code: str) -> list[tuple[int, str]]:
-    """(line, name) of each function defined at file scope in C/C++ ``code`` (comments removed, strings
-    blanked). ``extern "C" { ... }`` and namespace blocks count as file scope."""
-    out, depth, start, transparent = [], 0, 0, []
+def file_scope_blocks(code: str) -> list[tuple[int, int, str, str]]:
+    """(opening brace offset, closing brace end offset, head, function name or "") of each brace block at file
+    scope in C/C++ ``code`` (comments removed, strings blanked). ``extern "C" { ... }`` and namespace blocks are
+    walked into: what they hold counts as file scope. ``head`` is the text between the previous ``;``/``}``/``{``
+    at that level and the block; the name is "" when the head is not a function signature. A block never closed
+    (unbalanced source) runs to the end of the code."""
+    blocks, depth, start, transparent, opened = [], 0, 0, [], None
     for m in re.finditer(r"[{};]", code):
         ch = m.group()
         if ch == "{":
@@ -287,8 +290,8 @@ def defined_functions(code: str) -> list[tuple[int, str]]:
                     start = m.end()
                     continue
                 fn = _HEAD_RE.search(head.rstrip())
-                if fn and "=" not in head.split("(")[0]:
-                    out.append((code.count("\n", 0, m.start() - len(head) + fn.start()) + 1, fn.group(1)))
+                opened = (len(blocks), depth)
+                blocks.append((m.start(), len(code), head, fn.group(1) if fn else ""))  # end: until closed
             depth += 1
             start = m.end()
         elif ch == "}":
@@ -296,9 +299,24 @@ def defined_functions(code: str) -> list[tuple[int, str]]:
                 transparent.pop()
             else:
                 depth = max(0, depth - 1)
+                if opened is not None and depth == opened[1]:
+                    brace, _, head, name = blocks[opened[0]]
+                    blocks[opened[0]] = (brace, m.end(), head, name)
+                    opened = None
             start = m.end()
         elif depth == 0 or (transparent and transparent[-1] == depth):
             start = m.end()
+    return blocks
+
+
+def defined_functions(code: str) -> list[tuple[int, str]]:
+    """(line, name) of each function defined at file scope in C/C++ ``code`` (comments removed, strings
+    blanked). ``extern "C" { ... }`` and namespace blocks count as file scope."""
+    out = []
+    for brace, _, head, name in file_scope_blocks(code):
+        if name and "=" not in head.split("(")[0]:
+            fn = _HEAD_RE.search(head.rstrip())
+            out.append((code.count("\n", 0, brace - len(head) + fn.start()) + 1, name))
     return out
 
 

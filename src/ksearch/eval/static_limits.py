@@ -179,34 +179,9 @@ class Declaration:
 
 def _function_spans(code: str) -> list[tuple[int, int, str]]:
     """(start, end, name) of each function body at file scope (extern "C" and namespace blocks are open)."""
-    from ksearch.eval.static_checks import _HEAD_RE, _OPEN_NO_DEPTH
+    from ksearch.eval.static_checks import file_scope_blocks
 
-    spans, depth, start, transparent, opened = [], 0, 0, [], None
-    for m in re.finditer(r"[{};]", code):
-        ch = m.group()
-        if ch == "{":
-            head = code[start:m.start()]
-            if depth == 0 or (transparent and transparent[-1] == depth):
-                if _OPEN_NO_DEPTH.search(head):
-                    transparent.append(depth)
-                    start = m.end()
-                    continue
-                fn = _HEAD_RE.search(head.rstrip())
-                opened = (m.start(), fn.group(1) if fn else "", depth)
-            depth += 1
-            start = m.end()
-        elif ch == "}":
-            if transparent and transparent[-1] == depth:
-                transparent.pop()
-            else:
-                depth = max(0, depth - 1)
-                if opened is not None and depth == opened[2]:
-                    spans.append((opened[0], m.end(), opened[1]))
-                    opened = None
-            start = m.end()
-        elif depth == 0 or (transparent and transparent[-1] == depth):
-            start = m.end()
-    return spans
+    return [(brace, end, name) for brace, end, _, name in file_scope_blocks(code)]
 
 
 def declarations(code: str, keyword: str, target: str, consts: dict[str, int],
