@@ -22,6 +22,15 @@ from ksearch.errors import LLMError
 
 Role = Literal["planner", "coder"]
 
+#: finish reasons that mean the reply was cut at the token limit (OpenAI-compatible "length", Anthropic
+#: "max_tokens", "model_context_window_exceeded")
+TRUNCATED_REASONS = frozenset({"length", "max_tokens", "model_context_window_exceeded"})
+
+
+def is_truncated(finish_reason: str | None) -> bool:
+    """True when the provider stopped the reply at a token limit."""
+    return (finish_reason or "") in TRUNCATED_REASONS
+
 
 class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")

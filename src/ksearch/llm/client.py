@@ -28,11 +28,10 @@ from collections.abc import Callable, Iterable
 
 from ksearch.errors import ConfigError, LLMBudgetExhausted, LLMError, LLMUnavailable
 from ksearch.llm.backends import call_purpose
-from ksearch.llm.base import Backend, LLMCall, LLMReply, Message, Role, TransientLLMError, Usage, prompt_hash
+from ksearch.llm.base import (TRUNCATED_REASONS, Backend, LLMCall, LLMReply, Message, Role,  # noqa: F401
+                              TransientLLMError, Usage, is_truncated, prompt_hash)
 from ksearch.llm.prices import Prices
 
-#: finish reasons that mean the reply was cut off (OpenAI-compatible, Anthropic)
-TRUNCATED_REASONS = frozenset({"length", "max_tokens", "model_context_window_exceeded"})
 
 #: the longest reply kept, in characters per token asked for (a token is ~4 characters: 4x headroom), and at
 #: least MIN_REPLY_CHARS. A longer reply (a command that prints logs without end, a server that ignores
@@ -50,11 +49,6 @@ def estimate_usage(messages: list[Message], reply: str) -> Usage:
     """Tokens estimated at ~4 characters each (at least 1 per side), for backends that report no usage."""
     chars_in = sum(len(m.content) for m in messages)
     return Usage(input_tokens=max(1, round(chars_in / 4)), output_tokens=max(1, round(len(reply) / 4)))
-
-
-def is_truncated(finish_reason: str | None) -> bool:
-    """True when the provider stopped the reply at a token limit."""
-    return (finish_reason or "") in TRUNCATED_REASONS
 
 
 class Budget:

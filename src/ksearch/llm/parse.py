@@ -24,10 +24,9 @@ from typing import Any
 import yaml
 
 from ksearch.errors import KnowledgeError
+from ksearch.llm.base import is_truncated
 from ksearch.search.edits import Delete, Insert, Rejected, Split, Update, parse_edit
 
-#: finish reasons (OpenAI: "length", Anthropic: "max_tokens") that mark a reply cut at the token limit
-TRUNCATED = frozenset({"length", "max_tokens"})
 
 #: per target: fence language -> the source file it becomes
 SOURCE_LANGS: dict[str, dict[str, str]] = {
@@ -155,7 +154,7 @@ def extract_json_array(text: str, finish_reason: str | None = None) -> list:
         ReplyError: no array, an array that does not decode (the decoder's message and position), or more than
             one fenced array.
     """
-    cut = " (the reply was cut at the token limit: send fewer or shorter edits)" if finish_reason in TRUNCATED else ""
+    cut = " (the reply was cut at the token limit: send fewer or shorter edits)" if is_truncated(finish_reason) else ""
     blocks = [f for f in fences(text) if f.lang in ("json", "jsonc", "json5", "")]
     found: list[list] = []
     errors: list[str] = []
@@ -262,7 +261,7 @@ def extract_code(text: str, target: str, finish_reason: str | None = None) -> Co
         raise ReplyError(f"the llm coder writes kernels for {', '.join(SOURCE_LANGS)}, not for target {target!r}")
     langs = SOURCE_LANGS[target]
     main = MAIN_LANG[target]
-    cut = finish_reason in TRUNCATED
+    cut = is_truncated(finish_reason)
     all_fences = fences(text)
     wanted = set(langs) | (YAML_LANGS if target == "cuda" else set())
     unclosed = [f for f in all_fences if not f.closed]

@@ -45,8 +45,8 @@ from typing import Any
 from ksearch.errors import ConfigError, KnowledgeError, TaskError
 from ksearch.eval.records import Candidate, Evaluation, Status
 from ksearch.llm import context as ctx
-from ksearch.llm.base import LLMReply, Message
-from ksearch.llm.parse import SOURCE_LANGS, TRUNCATED, Edit, ReplyError, check_edits, extract_code, extract_json_array
+from ksearch.llm.base import LLMReply, Message, is_truncated
+from ksearch.llm.parse import SOURCE_LANGS, Edit, ReplyError, check_edits, extract_code, extract_json_array
 from ksearch.search.edits import Delete, Insert, Split, Update, apply
 from ksearch.search.strategy import SearchState, StrategyConfig, decide, revise
 from ksearch.search.worldmodel import ROOT_ID, Node, NodeStatus, Tree
@@ -236,7 +236,7 @@ class LLMProposer:
                     return result
                 fixes += 1
                 follow = self._render("plan_fix.j2", errors=errors, accepted=len(edits), parsed=parsed,
-                                      cut=reply.finish_reason in TRUNCATED)
+                                      cut=is_truncated(reply.finish_reason))
             else:
                 problem = None if (empty_ok and not edits) else need(after)
                 if problem is None or continued:
@@ -342,7 +342,7 @@ class LLMProposer:
         meta = {"proposer": self.name, "mode": mode, "model": reply.model or self.coder_model}
         if code.notes:
             meta["notes"] = code.notes
-        if reply.finish_reason in TRUNCATED:
+        if is_truncated(reply.finish_reason):
             meta["truncated_after_code"] = True
         cand = Candidate(target=self.target, sources=code.sources, launch=code.launch, meta=meta)
         self._made[cand.id] = cand

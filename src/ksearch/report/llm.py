@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from ksearch.llm.base import is_truncated
+
 
 def call_status(call) -> str:
     """ok | replayed | truncated | error: <first line>."""
@@ -11,7 +13,7 @@ def call_status(call) -> str:
         return "error: " + call.error.splitlines()[0][:60]
     if call.replayed:
         return "replayed"
-    if (call.finish_reason or "") in ("length", "max_tokens", "model_context_window_exceeded"):
+    if is_truncated(call.finish_reason):
         return "truncated"
     return "ok"
 
