@@ -18,6 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ksearch.cli import app
+from ksearch.llm.client import Budget
 from ksearch.store.runs import open_run
 
 from ..llm.fakes import Garbage, Hang, Reply, ScriptedAnthropicServer, ScriptedOpenAIServer, Status
@@ -150,7 +151,7 @@ def test_a_token_limit_stops_the_run_and_resume_with_a_higher_one_finishes_it(tm
         store = open_run(stopped["run_id"])
         try:
             assert store.run()["status"] == "stopped"
-            done, (_, spent) = store.evaluation_count(), store.llm_spent()
+            done, spent = store.evaluation_count(), Budget.from_calls(store.llm_calls()).spent_tokens
         finally:
             store.close()
         assert 0 < done < 10 and spent >= 40000

@@ -134,6 +134,9 @@ def _call(h="h1", reply="ok", replayed=False, error=None, cost=0.01, tokens=(100
 
 
 def test_llm_calls_are_kept_replayable_and_summed(tmp_path):
+    from ksearch.llm.client import Budget
+    from ksearch.llm.factory import StoreReplay
+
     s = Store(tmp_path / "r.sqlite", create=True)
     s.create_run("r", "t", "cpu", {}, {}, None)
     s.record_llm_call(_call("h1", "first"))
@@ -141,10 +144,10 @@ def test_llm_calls_are_kept_replayable_and_summed(tmp_path):
     s.record_llm_call(_call("h1", error="HTTP 500", cost=None, tokens=(0, 0)))
     s.record_llm_call(_call("h2", "other", cost=None))  # unknown price: tokens count, USD does not
     assert [c.reply for c in s.llm_calls()] == ["first", "again", None, "other"]
-    assert [c.reply for c in s.llm_answers("h1")] == ["first"]
-    assert s.llm_answers("nope") == []
-    usd, tokens = s.llm_spent()
-    assert usd == pytest.approx(0.01) and tokens == 240
+    replay = StoreReplay(s)  # a resumed run gets the paid answer once, never the replay or the failure
+    assert replay("h1").reply == "first" and replay("h1") is None and replay("nope") is None
+    spent = Budget.from_calls(s.llm_calls())  # what a resumed run starts its budget from
+    assert spent.spent_usd == pytest.approx(0.01) and spent.spent_tokens == 240
 
 
 def test_a_store_from_before_the_llm_table_is_migrated(tmp_path):

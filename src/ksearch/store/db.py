@@ -311,23 +311,3 @@ class Store:
 
         return [LLMCall.model_validate_json(js) for (js,) in
                 self.db.execute("SELECT call_json FROM llm_calls ORDER BY seq")]
-
-    @_reads
-    def llm_answers(self, prompt_hash: str) -> list:
-        """The answered, paid-for calls (not replays) with this prompt hash, oldest first: what a resumed run
-        replays instead of asking again."""
-        from ksearch.llm.base import LLMCall
-
-        return [LLMCall.model_validate_json(js) for (js,) in self.db.execute(
-            "SELECT call_json FROM llm_calls WHERE prompt_hash = ? AND ok = 1 AND replayed = 0 ORDER BY seq",
-            (prompt_hash,))]
-
-    @_reads
-    def llm_spent(self) -> tuple[float, int]:
-        """(USD, tokens) paid so far by this run's calls (replays cost nothing; unknown prices count 0 USD)."""
-        usd, tokens = 0.0, 0
-        for call in self.llm_calls():
-            if not call.replayed:
-                usd += call.cost_usd or 0.0
-                tokens += call.usage.input_tokens + call.usage.output_tokens
-        return usd, tokens
