@@ -3,10 +3,11 @@
 CuPy compiles an elementwise or reduction kernel with NVRTC the first time a process uses it (per dtype, and
 for reductions per launch configuration), and GPU workers keep CuPy's kernel cache private (a hostile
 candidate must not be able to overwrite a binary another worker loads; `ksearch.targets.cuda`). So every
-worker paid those compiles again: the poisoning fill, the summaries of the timed outputs (astype, isfinite,
-count_nonzero, where, abs, sum) and the input-integrity comparison (array_equal), ~1-4 s per evaluation
-measured on the H200 (bench/gpu/eval_profile.py, 2026-11-30). Here they are memsets plus one small module of
-our own kernels, compiled once per worker (one NVRTC call).
+worker paid those compiles again: the poisoning fill and the summaries of the timed outputs (astype,
+isfinite, count_nonzero, where, abs, sum). Here they are memsets plus one small module of our own kernels,
+compiled once per worker (one NVRTC call). Measured on the H200 (2026-11-30): `ksearch run selective-scan-fp16
+--target cuda --budget 40` took 5.0 s per evaluation with this (bench/results/gpu-selective-scan-search-h200-
+20261130.md) against ~9-10 s the day before without it, though the earlier run shared the CPUs with a build.
 
 All calls run on CuPy's current stream; results that come back to the host synchronize it.
 """
@@ -42,14 +43,6 @@ __device__ void summary(const T *__restrict__ x, long long n, unsigned long long
 extern "C" __global__ void ks_summary_f16(const __half *x, long long n, unsigned long long *cnt, double *acc) { summary(x, n, cnt, acc); }
 extern "C" __global__ void ks_summary_f32(const float *x, long long n, unsigned long long *cnt, double *acc) { summary(x, n, cnt, acc); }
 extern "C" __global__ void ks_summary_f64(const double *x, long long n, unsigned long long *cnt, double *acc) { summary(x, n, cnt, acc); }
-
-// *diff |= 1 where two byte arrays differ
-extern "C" __global__ void ks_bytes_differ(const unsigned char *a, const unsigned char *b, long long n, int *diff) {
-    int d = 0;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-        d |= a[i] != b[i];
-    if (__any_sync(0xffffffffu, d) && (threadIdx.x & 31) == 0) atomicOr(diff, 1);
-}
 """
 
 _SUMMARY = {"float16": "ks_summary_f16", "float32": "ks_summary_f32", "float64": "ks_summary_f64"}
@@ -57,7 +50,7 @@ _THREADS = 256
 
 
 class JudgeKernels:
-    """Poisoning, output summaries and input comparisons for one worker's device (CuPy arrays)."""
+    """Poisoning and output summaries for one worker's device (CuPy arrays)."""
 
     def __init__(self, cp: Any):
         self.cp = cp
@@ -103,15 +96,3 @@ class JudgeKernels:
             self._fn(name)((self._grid(x.size),), (_THREADS,), (x, cp.int64(x.size), cnt, acc))
         host = self._scratch.get()
         return [float(int(host[0])), float(host[1:2].view("float64")[0]) + extra]
-
-    def equal_bytes(self, a, b) -> bool:
-        """True when two device arrays hold the same bytes (same size assumed)."""
-        cp = self.cp
-        if a.nbytes != b.nbytes:
-            return False
-        if a.nbytes == 0:
-            return True
-        flag = cp.zeros(1, cp.int32)
-        av, bv = cp.ascontiguousarray(a).view(cp.uint8), cp.ascontiguousarray(b).view(cp.uint8)
-        self._fn("ks_bytes_differ")((self._grid(av.size),), (_THREADS,), (av, bv, cp.int64(av.size), flag))
-        return int(flag.get()[0]) == 0
