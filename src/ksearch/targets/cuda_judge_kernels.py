@@ -56,6 +56,7 @@ class JudgeKernels:
         self.cp = cp
         self._module = None
         self._scratch = None
+        self._sms: int | None = None
 
     def _fn(self, name: str):
         if self._module is None:
@@ -63,8 +64,9 @@ class JudgeKernels:
         return self._module.get_function(name)
 
     def _grid(self, n: int) -> int:
-        sms = self.cp.cuda.Device().attributes["MultiProcessorCount"]
-        return max(1, min(4 * sms, (n + _THREADS - 1) // _THREADS))
+        if self._sms is None:  # once: Device().attributes queries every attribute of the device
+            self._sms = int(self.cp.cuda.Device().attributes["MultiProcessorCount"])
+        return max(1, min(4 * self._sms, (n + _THREADS - 1) // _THREADS))
 
     def fill_bytes(self, arr, byte: int) -> None:
         """Every byte of ``arr`` set to ``byte`` (0xFF makes float16/32/64 elements NaN)."""
