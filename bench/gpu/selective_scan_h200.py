@@ -423,7 +423,8 @@ def main(argv=None) -> int:
     kernels, kernel_origin = load_kernels()
     for path in args.candidate:  # kernels found by `ksearch run --target cuda`, timed like the pack's
         cand = json.loads(Path(path).read_text())
-        kernels["cuda"].insert(0, {"label": f"searched {cand.get('node_id') or Path(path).parent.parent.name}",
+        origin = Path(path).parent.parent.name if Path(path).parent.name == "best" else Path(path).stem
+        kernels["cuda"].insert(0, {"label": f"searched {cand.get('node_id') or '?'} ({origin})",
                                    "source": next(iter(cand["sources"].values())), "launch": cand["launch"],
                                    "compile_flags": cand.get("compile_flags", []), "choices": cand.get("meta", {}).get("choices"),
                                    "knobs": cand.get("meta", {}).get("knobs"), "hash": "searched"})
@@ -577,6 +578,19 @@ def summarize(results, status, ceil, shapes, notes, kernels, kernel_origin, mamb
             mine, m = ours[best]["ms"], rows.get(mamba_label, {}).get("ms")
             ms_m, sp = ("-", "-") if m is None else (f"{m:.4f}", f"{m / mine:.2f}x")
             summary.append(f"| {b} | {L} | {best} | {mine:.4f} | {ms_m} | {sp} |")
+    searched = [s["label"] for s in kernels["cuda"] if s["label"].startswith("searched ")]
+    if searched:  # the check: each searched kernel against mamba_ssm at every shape, same run
+        summary += ["", "## Searched kernels vs mamba_ssm's CUDA kernel", "",
+                    "| kernel | batch | L | ms | mamba_ssm ms | speedup |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        for label in searched:
+            for b, L in shapes:
+                rows = rows_out[f"{b}x{L}"]["rows"]
+                mine, m = rows.get(label, {}).get("ms"), rows.get(mamba_label, {}).get("ms")
+                if mine is None:
+                    summary.append(f"| {label} | {b} | {L} | failed | - | - |")
+                else:
+                    sp = "-" if m is None else f"{m / mine:.2f}x"
+                    summary.append(f"| {label} | {b} | {L} | {mine:.4f} | {'-' if m is None else f'{m:.4f}'} | {sp} |")
     lines += summary + ["", f"total wall time {time.time() - t_begin:.0f} s", ""]
     return {"gpu": torch.cuda.get_device_name(0), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "command": [sys.executable, *sys.argv], "versions": versions(), "ceilings": ceil, "notes": notes,
