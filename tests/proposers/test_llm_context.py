@@ -182,3 +182,82 @@ def test_gpu_targets_render_every_prompt(target):
     system = client.calls[-1]["messages"][0].content
     assert f"# Target: {target}" in system and "warp width: 32 threads" in system
     assert f"# Knowledge pack: selective-scan-{target}" in system
+
+
+def system_prompts(target: str, level: str) -> tuple[str, str]:
+    """(planner system prompt, coder system prompt) for ``target`` at ``level``, through the proposer."""
+    client = FakeClient(edits_json([family("a"), family("b")]), "```python\nimport triton\n```")
+    spec = fixed_cpu_spec() if target == "cpu" else fixed_gpu_spec()
+    p = LLMProposer(TASK, target, spec, planner=client, coder=client, planner_model="p", coder_model="c",
+                    context=level)
+    p.initial_edits(root_tree())
+    return client.calls[0]["messages"][0].content, p._render("coder_system.j2")
+
+
+def test_translation_layer_in_prompts_for_a_non_cuda_target():
+    """Triton: a concept-map row (CUDA form, Triton form, hard limit) from level hardware on; patterns and
+    assertions with their checks at full; nothing of it at none."""
+    row = "- cub block scan / warp scan -> tl.associative_scan(x, axis, combine_fn)"
+    limit = "[size: CUDA 48 KB static / 227 KB opt-in (H100/H200), triton the same hardware limit"
+    assertion = ("- carries-across-chunks: Every chunk starts from the previous chunk's final state. "
+                 "(checked by: workload selective-scan/long-seq)")
+    pattern = "a_c, b_c = tl.associative_scan((a, b), axis=2, combine_fn=combine)"
+    for planner, coder in (system_prompts("triton", "full"),):
+        for text in (planner, coder):
+            assert "# Translation layer: CUDA to Triton" in text
+            assert row in text and limit in text and assertion in text and pattern in text
+    for text in system_prompts("triton", "hardware"):
+        assert row in text and limit in text
+        assert assertion not in text and pattern not in text
+    for text in system_prompts("triton", "none"):
+        assert "# Translation layer" not in text and row not in text
+
+
+def test_translation_layer_for_cpu_and_cuda():
+    planner, _ = system_prompts("cpu", "full")
+    assert "- __shared__ -> a thread-local stack array / the L1 and L2 caches [size: CUDA 48 KB" in planner
+    assert "- no-foreign-code: The kernel computes itself" in planner
+    assert "checked by: rule cpu/replaced-library; rule cpu/shell-out" in planner
+    # cuda is the source of every map: no concept map, its own patterns and assertions, ports' ones left out
+    view = ctx.translation_view("cuda", "full")
+    assert view["concepts"] == [] and view["limits"]
+    ids = {a["id"] for a in view["assertions"]}
+    assert {"fp32-scan-state", "every-output-written-once", "carries-across-chunks"} <= ids
+    assert not ids & {"no-cuda-primitives", "fits-threadgroup-memory", "triton-computes", "no-foreign-code"}
+    assert any("__shfl_xor_sync" in "\n".join(p["sketch"]) for p in view["patterns"])
+
+
+def test_translation_limits_come_from_the_catalog(monkeypatch):
+    """The hard limits in the prompt are the hardware catalog's figures (via the static rules' limit table):
+    a changed catalog figure changes the prompt."""
+    from ksearch.eval import static_checks
+    from ksearch.hardware import catalog
+
+    planner, _ = system_prompts("cuda", "hardware")
+    h200 = catalog.limits("h200")
+    assert f"- static shared bytes: {h200.shared_memory_per_block_bytes} bytes (hardware catalog h200" in planner
+    assert f"- max threads per block: {h200.max_threads_per_block} threads (hardware catalog h200" in planner
+    real = catalog.limits
+
+    def smaller(name):
+        lim = real(name)
+        return lim.model_copy(update={"shared_memory_per_block_bytes": 12345}) if lim.name == "h200" else lim
+
+    monkeypatch.setattr(catalog, "limits", smaller)
+    static_checks._rule_file.cache_clear()
+    try:
+        planner, coder = system_prompts("triton", "hardware")
+        for text in (planner, coder):
+            assert "- static shared bytes: 12345 bytes (hardware catalog h200 (shared_memory_per_block_bytes)" in text
+    finally:
+        monkeypatch.undo()
+        static_checks._rule_file.cache_clear()
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda", "triton", "mlx"])
+def test_translation_section_stays_within_its_budget(target):
+    view = ctx.translation_view(target, "full")
+    assert view is not None and ctx.translation_size(view) <= ctx.TRANSLATION_CHARS
+    text = ctx.render("_translation.j2", translation=view, target=target)
+    assert len(text) < ctx.TRANSLATION_CHARS * 1.2
+    assert view["assertions"], "assertions are never dropped for length"

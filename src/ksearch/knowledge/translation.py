@@ -191,6 +191,45 @@ def unresolved_checks(tmap: TranslationMap) -> list[str]:
     return problems
 
 
+#: the translation map's ``to`` for each target that runs kernels (the mlx target runs Metal source); the cuda
+#: target has none: it is the source of every map
+MAP_TARGETS = {"cpu": "cpu", "triton": "triton", "mlx": "metal", "metal": "metal"}
+
+
+def map_for_target(target: str, source: str = "cuda") -> TranslationMap | None:
+    """The map from ``source`` to the kernels target ``target`` writes (cpu, triton, mlx -> metal), or None for
+    a target no map leads to (cuda). Raises KnowledgeError on a malformed map file."""
+    to = MAP_TARGETS.get(target)
+    if to is None or (source, to) not in available():
+        return None
+    return load_translation(source, to)
+
+
+def own_knowledge(target: str = "cuda") -> tuple[list[Pattern], list[Assertion]]:
+    """The source side's own patterns and assertions, for a target that is the source of the maps (cuda).
+
+    Patterns: every map's patterns that have a ``target`` sketch, once per id (first map in `available` order).
+    Assertions: every map's assertions once per id, keeping the checks that apply to ``target`` (workloads of
+    built-in tasks, rules of ``target``); an assertion whose checks are all rules of other targets (Metal's
+    threadgroup limit, Triton's no-torch rule) is about the port and is left out.
+    """
+    patterns: dict[str, Pattern] = {}
+    assertions: dict[str, Assertion] = {}
+    for src, dst in available():
+        tmap = load_translation(src, dst)
+        for p in tmap.patterns:
+            if target in p.sketches:
+                patterns.setdefault(p.id, p)
+        for a in tmap.assertions:
+            if a.id in assertions:
+                continue
+            kept = [c for c in a.checks if c.workload or c.target == target]
+            if a.checks and not kept:
+                continue
+            assertions[a.id] = a.model_copy(update={"checks": kept})
+    return list(patterns.values()), list(assertions.values())
+
+
 def as_dict(tmap: TranslationMap) -> dict:
     """The map as plain data (``from``/``to`` keys as in the file)."""
     return tmap.model_dump(by_alias=True, exclude_none=True)

@@ -6,10 +6,11 @@ Context levels (``--context``), each adding to the one before (for ablations):
   tolerances, the cost model, the workloads; the target's calling convention and its static rules) and the
   node or action at hand (with the per-workload times measured on it and its parent);
 - ``hardware``: + the hardware spec (bandwidth, FLOP/s and exp ceilings, cores / SMs, SIMD or warp width,
-  caches, shared memory and threads per block where present), the roofline floor of every timed workload, and
-  every measured time as % of its floor;
+  caches, shared memory and threads per block where present), the roofline floor of every timed workload,
+  every measured time as % of its floor, and the translation layer's hard limits (catalog figures the static
+  rules enforce) and concept map CUDA -> target (`translation_view`);
 - ``full``: + the knowledge pack of the target (families, decisions, choices with their descriptions and
-  priors, knobs) + the world-model view (the planner's analysis on the root, the active path root -> node with
+  priors, knobs), the translation layer's code patterns and assertions with their checks, + the world-model view (the planner's analysis on the root, the active path root -> node with
   ratings and measured results, the competing siblings along it, the frontier of open actions).
 
 `Views` builds each part once per proposer (task, hardware, pack) or per call (tree views); `render` fills a
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,14 @@ CUDA_CTYPES = {"float32": "float", "float64": "double", "float16": "__half", "bf
 FRONTIER_LINES = 30
 #: longest description of a pack entry kept in a prompt (characters)
 PACK_TEXT = 180
+#: the most characters the translation section's entries may take in a prompt (concept rows, limits, patterns
+#: with sketches, assertions); over it, sketches go first, then notes are cut shorter, then rows are dropped
+TRANSLATION_CHARS = 7000
+#: lines of a pattern's sketch kept in a prompt
+SKETCH_LINES = 4
+#: the static rule file whose limits apply to a target's kernels: Triton kernels run on the NVIDIA GPU and hit
+#: its per-block limits (as "out of resource" at compile time); the mlx target runs Metal source
+LIMIT_RULES = {"cpu": "cpu", "cuda": "cuda", "triton": "cuda", "mlx": "metal"}
 
 
 def check_level(level: str) -> str:
@@ -290,6 +300,98 @@ def pack_view(task, target: str, spec) -> dict[str, Any] | None:
         decisions.append({"id": d.id, "title": d.title, "default": default, "choices": choices})
     return {"name": pack.name, "description": _short(pack.description, 400), "families": families,
             "decisions": decisions}
+
+
+# -- the translation layer --------------------------------------------------------------------------------
+
+
+def limits_view(target: str) -> list[dict[str, str]]:
+    """The hard limits of the target's kernels as the judge's static rules hold them (bytes, threads), each with
+    its value and source from the hardware catalog (`static_checks.Limit.resolved`); [] for a target without."""
+    from ksearch.eval.static_checks import limits_for
+
+    rules_target = LIMIT_RULES.get(target, target)
+    return [{"name": name.replace("_", " "), "value": f"{lim.value}{' ' + lim.unit if lim.unit else ''}",
+             "source": _short(re.sub(r"\s*<[^>]*>", "", lim.source), 120)}
+            for name, lim in limits_for(rules_target).items()]
+
+
+def _check_text(checks) -> str:
+    return "; ".join(str(c) for c in checks) if checks else "no check yet"
+
+
+def translation_view(target: str, level: str) -> dict[str, Any] | None:
+    """The translation layer for the run's target, compact (at most TRANSLATION_CHARS characters of entries).
+
+    Level ``hardware``: the hard limits (catalog figures the static rules enforce) and the concept map's rows
+    (CUDA concept, the target's form, hard limits on both sides, what breaks in a naive port, the static rule
+    that catches it). Level ``full``: + the code patterns (description and the target's sketch) and the
+    assertions with their checks. For target cuda, which no map leads to, the rows are the limits only and the
+    patterns and assertions are CUDA's own (`translation.own_knowledge`). None at level ``none``, or when there
+    is nothing to show.
+    """
+    from ksearch.knowledge.translation import map_for_target, own_knowledge
+
+    if level == "none":
+        return None
+    tmap = map_for_target(target)
+    limits = limits_view(target)
+    concepts = []
+    if tmap is not None:
+        for c in tmap.concepts:
+            lims = "; ".join(f"{lim.name}: CUDA {lim.cuda}, {tmap.target} {lim.target}" for lim in c.limits)
+            concepts.append({"concept": c.concept, "equivalent": c.equivalent, "limits": lims, "note": c.note,
+                             "check": c.check or ""})
+    patterns: list[dict[str, Any]] = []
+    assertions: list[dict[str, str]] = []
+    if level == "full":
+        side = tmap.target if tmap is not None else target
+        if tmap is not None:
+            pats, asserts = tmap.patterns, tmap.assertions
+        else:
+            pats, asserts = own_knowledge(target)
+        for p in pats:
+            sketch = [ln.rstrip() for ln in p.sketches.get(side, "").strip("\n").splitlines()]
+            patterns.append({"id": p.id, "title": p.title, "text": p.description,
+                             "sketch": sketch[:SKETCH_LINES] + (["..."] if len(sketch) > SKETCH_LINES else [])})
+        assertions = [{"id": a.id, "property": _short(a.property, 200), "checks": _check_text(a.checks)}
+                      for a in asserts]
+    if not (limits or concepts or patterns or assertions):
+        return None
+    view = {"title": tmap.title if tmap is not None else f"{target}'s own limits, patterns and assertions (the source side of the maps)",
+            "source": tmap.source if tmap is not None else target, "target": tmap.target if tmap else target,
+            "show": f"ksearch knowledge show --from cuda --to {tmap.target}" if tmap is not None else "",
+            "limits": limits, "concepts": concepts, "patterns": patterns, "assertions": assertions, "dropped": 0}
+    return _within_budget(view)
+
+
+def translation_size(view: dict[str, Any]) -> int:
+    """Characters the translation section's entries take (the measure TRANSLATION_CHARS bounds)."""
+    n = sum(len(x["name"]) + len(x["value"]) + len(x["source"]) + 8 for x in view["limits"])
+    n += sum(len(c["concept"]) + len(c["equivalent"]) + len(c["limits"]) + len(c["note"]) + len(c["check"]) + 20
+             for c in view["concepts"])
+    n += sum(len(p["title"]) + len(p["text"]) + sum(len(ln) + 5 for ln in p["sketch"]) + 8 for p in view["patterns"])
+    n += sum(len(a["property"]) + len(a["checks"]) + 20 for a in view["assertions"])
+    return n
+
+
+def _within_budget(view: dict[str, Any]) -> dict[str, Any]:
+    """Fit the view to TRANSLATION_CHARS: notes and descriptions to PACK_TEXT, then without sketches, then notes
+    to 80 characters, then the last concept rows and patterns dropped (counted in ``dropped``)."""
+    for c in view["concepts"]:
+        c["note"] = _short(c["note"])
+    for p in view["patterns"]:
+        p["text"] = _short(p["text"])
+    if translation_size(view) > TRANSLATION_CHARS:
+        for p in view["patterns"]:
+            p["sketch"] = []
+    if translation_size(view) > TRANSLATION_CHARS:
+        for c in view["concepts"]:
+            c["note"] = _short(c["note"], 80)
+    while translation_size(view) > TRANSLATION_CHARS and (view["concepts"] or view["patterns"]):
+        (view["patterns"] or view["concepts"]).pop()
+        view["dropped"] += 1
+    return view
 
 
 # -- the world model --------------------------------------------------------------------------------------

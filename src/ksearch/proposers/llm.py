@@ -123,6 +123,7 @@ class LLMProposer:
             "rules": ctx.rules_view(target),
             "hardware": ctx.hardware_view(hardware, task) if hardware is not None and self.level != "none" else None,
             "pack": ctx.pack_view(task, target, hardware) if self.level == "full" else None,
+            "translation": ctx.translation_view(target, self.level),
             "payload_chars": PAYLOAD_CHARS,
             "root_payload_chars": ROOT_PAYLOAD_CHARS,
             "cooldown": self.strategy.cooldown_cycles,
