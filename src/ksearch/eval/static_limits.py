@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ksearch.errors import KsearchError
+
 if TYPE_CHECKING:
     from ksearch.eval.records import Candidate
     from ksearch.eval.static_checks import Finding, Lines, Rule
@@ -241,11 +243,55 @@ def _split_top(s: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
+# -- limits of a device ------------------------------------------------------------------------------------
+
+#: the static rule file whose limits apply to a target's kernels: Triton kernels run on the NVIDIA GPU and hit
+#: its per-block limits (as "out of resource" at compile time); the mlx target runs Metal source
+LIMIT_RULES = {"cpu": "cpu", "cuda": "cuda", "triton": "cuda", "mlx": "metal", "metal": "metal", "mlx-metal": "metal",
+               "mlx-cuda": "cuda"}
+
+
+def device_limit_rules(target: str, hardware=None) -> list["Rule"]:
+    """The limit rules (those with a ``measure``) that apply to ``target``'s kernels on ``hardware``.
+
+    Each rule's limit comes from the hardware catalog: the entry ``hardware`` is (found by its ``name``, then its
+    ``model``; `ksearch.hardware.catalog.find`) when the catalog has it, else the rule file's reference entry
+    (``limits`` table of ``eval/static_rules/<file>.yaml``, `static_checks.Limit.resolved`). ``hardware``: a
+    HardwareSpec, a catalog name, or None (the reference device). [] for a target without limit rules (cpu).
+    """
+    from ksearch.eval.static_checks import limits_for, rules_for
+    from ksearch.hardware import catalog
+
+    rules_target = LIMIT_RULES.get(target, target)
+    rules = [r for r in rules_for(rules_target) if r.measure]
+    if not rules or hardware is None:
+        return rules
+    names = [hardware] if isinstance(hardware, str) else [getattr(hardware, "name", ""), getattr(hardware, "model", "")]
+    entry = next((e for e in (catalog.find(n) for n in names if n) if e is not None), None)
+    if entry is None:
+        return rules
+    table = limits_for(rules_target)
+    out = []
+    for rule in rules:
+        lim = table.get(rule.limit or "")
+        try:
+            value = getattr(catalog.limits(entry.name), lim.figure) if lim is not None and lim.figure else None
+        except (KsearchError, AttributeError):
+            value = None
+        if value is None:
+            out.append(rule)
+            continue
+        source = f"hardware catalog {entry.name} ({lim.figure}): {entry.source_of(lim.figure) or ''}"
+        out.append(rule.model_copy(update={"limit_value": int(value), "limit_source": source}))
+    return out
+
+
 # -- the measures -------------------------------------------------------------------------------------------
 
 
 def _target_of(rule: "Rule", candidate: "Candidate") -> str:
-    return "metal" if rule.keyword == "threadgroup" or candidate.target in ("metal", "mlx") else candidate.target
+    return "metal" if rule.keyword == "threadgroup" or candidate.target in ("metal", "mlx", "mlx-metal") else \
+        "cuda" if candidate.target == "mlx-cuda" else candidate.target
 
 
 def _launch_consts(candidate: "Candidate") -> dict[str, int]:
@@ -261,6 +307,13 @@ def _launch_consts(candidate: "Candidate") -> dict[str, int]:
         if isinstance(value, (int, bool)) and isinstance(name, str):
             out[name] = int(value)
     return out
+
+
+def _mlx_shared(candidate: "Candidate") -> list[dict]:
+    """An mlx-cuda launch's dynamic ``shared_memory``, in the shape of a cuda launch (kernel None: the body)."""
+    if candidate.target != "mlx-cuda" or not isinstance(candidate.launch, dict):
+        return []
+    return [{"kernel": None, "shared_bytes": candidate.launch.get("shared_memory", 0)}]
 
 
 def _launches(candidate: "Candidate") -> list[dict]:
@@ -310,7 +363,7 @@ def _group_memory(rule: "Rule", candidate: "Candidate", code_view: dict[str, "Li
             static = sum(d.bytes or 0 for d in members)
             dyn, fn = 0, spans[g][2] if g is not None and g < len(spans) else ""
             if rule.dynamic:
-                for launch in _launches(candidate):
+                for launch in _launches(candidate) + _mlx_shared(candidate):
                     if fn and launch.get("kernel") not in (fn, None):
                         continue
                     v = evaluate(str(launch.get("shared_bytes", 0)), consts, target, aliases)

@@ -49,9 +49,6 @@ PACK_TEXT = 180
 TRANSLATION_CHARS = 7000
 #: lines of a pattern's sketch kept in a prompt
 SKETCH_LINES = 4
-#: the static rule file whose limits apply to a target's kernels: Triton kernels run on the NVIDIA GPU and hit
-#: its per-block limits (as "out of resource" at compile time); the mlx target runs Metal source
-LIMIT_RULES = {"cpu": "cpu", "cuda": "cuda", "triton": "cuda", "mlx": "metal"}
 
 
 def check_level(level: str) -> str:
@@ -309,6 +306,7 @@ def limits_view(target: str) -> list[dict[str, str]]:
     """The hard limits of the target's kernels as the judge's static rules hold them (bytes, threads), each with
     its value and source from the hardware catalog (`static_checks.Limit.resolved`); [] for a target without."""
     from ksearch.eval.static_checks import limits_for
+    from ksearch.eval.static_limits import LIMIT_RULES
 
     rules_target = LIMIT_RULES.get(target, target)
     return [{"name": name.replace("_", " "), "value": f"{lim.value}{' ' + lim.unit if lim.unit else ''}",

@@ -7,6 +7,13 @@ child carries its full path (family, choices, knobs) in its payload, so the kern
 the node alone and a resumed run renders exactly the same code. Priors (rating, confidence, difficulty,
 impacts) come from the pack; a move already measured elsewhere in the tree starts from that evidence
 instead. After each evaluation the ratings are revised from the measurement (`strategy.revise`).
+
+Constraints come from the hardware catalog through the target's static limit rules
+(`static_limits.device_limit_rules`: shared/threadgroup memory per block, threads per block, for the run's
+device where the catalog has it): before a family, choice or knob value becomes a node, its kernel is rendered
+and measured, and a move whose kernel would break a limit is not proposed. Each such move is recorded with the
+judge's message in the payload of the node it would have gone under (``payload["pruned"]``: a list of
+``{"step": ..., "reason": ...}``; the root's for families), so the tree says why a path was never tried.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ import json
 
 from ksearch.errors import KnowledgeError
 from ksearch.eval.records import Candidate
+from ksearch.eval.static_checks import check
+from ksearch.eval.static_limits import device_limit_rules
 from ksearch.knowledge.pack import FAMILY_KEY, Pack, load_pack
 from ksearch.search.edits import Insert, Update
 from ksearch.search.strategy import SearchState, StrategyConfig, revise
@@ -40,39 +49,76 @@ class PatternsProposer:
         flags = list(getattr(hardware, "simd_isa", None) or [])
         self.pack: Pack = pack.applicable(flags) if hardware is not None else pack
         self.strategy = strategy or StrategyConfig()
+        #: the limit rules a rendered kernel must pass (values from the hardware catalog)
+        self.limit_rules = device_limit_rules(target, hardware)
+
+    def _candidate(self, choices: dict, knobs: dict) -> Candidate:
+        kernel = self.pack.render(self.definition, choices, knobs)
+        return Candidate(
+            target=self.pack.target, sources=dict(kernel.sources), entry_point=kernel.entry_point,
+            compile_flags=list(kernel.compile_flags), launch=dict(kernel.launch),
+            meta={"proposer": self.name, "pack": kernel.pack, "family": kernel.family, "choices": kernel.choices,
+                  "knobs": kernel.knobs},
+        )
+
+    def violation(self, choices: dict, knobs: dict) -> str | None:
+        """Why the kernel of a path would break a hard limit of the device (the static checks' messages: the
+        computed value, the limit and its catalog source), or None when it fits or no limit rule applies."""
+        if not self.limit_rules:
+            return None
+        findings = check(self._candidate(choices, knobs), self.limit_rules)
+        return "; ".join(str(f) for f in findings) or None
+
+    @staticmethod
+    def _record(tree: Tree, node_id: str, pruned: list[dict]) -> list[Update]:
+        """An update adding ``pruned`` moves to the node's payload (none when there are none or all are known)."""
+        payload = dict(tree[node_id].payload)
+        known = payload.get("pruned", [])
+        new = [p for p in pruned if p not in known]
+        if not new:
+            return []
+        return [Update(node_id=node_id, fields={"payload": {**payload, "pruned": [*known, *new]}})]
 
     # -- the planner's side -------------------------------------------------------------------------
 
-    def initial_edits(self, tree: Tree) -> list[Insert]:
-        edits = []
+    def initial_edits(self, tree: Tree) -> list[Insert | Update]:
+        edits: list[Insert | Update] = []
+        pruned = []
         for fam in self.pack.families:
+            why = self.violation({FAMILY_KEY: fam.id}, {})
+            if why:
+                pruned.append({"step": {"family": fam.id}, "reason": why})
+                continue
             edits.append(Insert(
                 parent_id=ROOT_ID, decision="kernel family", choice=fam.id,
                 action=Action(title=fam.title, description=fam.description, difficulty=fam.difficulty),
                 rating=fam.rating, confidence=fam.confidence, impacts=Impacts(**fam.impacts.model_dump()),
                 payload={"choices": {FAMILY_KEY: fam.id}, "knobs": {}, "step": {"family": fam.id}},
             ))
-        return edits
+        return edits + self._record(tree, ROOT_ID, pruned)
 
     def refine(self, tree: Tree, node_id: str, state: SearchState) -> list[Insert | Update]:
         edits: list[Insert | Update] = list(revise(tree, node_id, None, self.strategy))
         node = tree[node_id]
         if node.status == NodeStatus.SOLVED and node_id != ROOT_ID:
-            edits += self._children(tree, node)
+            kids, pruned = self._children(tree, node)
+            edits += kids + self._record(tree, node_id, pruned)
         return edits
 
-    def expand(self, tree: Tree, state: SearchState) -> list[Insert]:
+    def expand(self, tree: Tree, state: SearchState) -> list[Insert | Update]:
         """Children for the best passing node that has none yet (a regressed one too: its code is correct and
         a later step may recover the loss); [] when every passing node is expanded."""
         passing = [n for n in tree if n.status in PASSING and n.id != ROOT_ID and not tree.children(n.id)]
         passing.sort(key=lambda n: -(n.evaluation.score or 0.0))
         for node in passing:
-            kids = self._children(tree, node)
+            kids, pruned = self._children(tree, node)
             if kids:
-                return kids
+                return [*kids, *self._record(tree, node.id, pruned)]
         return []
 
-    def _children(self, tree: Tree, node: Node) -> list[Insert]:
+    def _children(self, tree: Tree, node: Node) -> tuple[list[Insert], list[dict]]:
+        """The open moves under ``node``, and those left out because their kernel breaks a device limit
+        (``{"step", "reason"}`` each)."""
         choices = dict(node.payload.get("choices", {}))
         knobs = dict(node.payload.get("knobs", {}))
         family = choices.get(FAMILY_KEY, self.pack.default_family)
@@ -81,6 +127,7 @@ class PatternsProposer:
                 if n.status != NodeStatus.DROPPED}
         evidence = self._evidence(tree)
         out: list[Insert] = []
+        pruned: list[dict] = []
         for dec in self.pack.decisions_for(family):
             if dec.id in choices:
                 continue
@@ -95,6 +142,10 @@ class PatternsProposer:
                     continue
                 seen.add(key)
                 step = {"decision": dec.id, "choice": ch.id}
+                why = self.violation(new_choices, kept_knobs)
+                if why:
+                    pruned.append({"step": step, "reason": why})
+                    continue
                 rating, confidence = evidence.get(json.dumps(step, sort_keys=True), (ch.rating, ch.confidence))
                 out.append(Insert(
                     parent_id=node.id, decision=dec.title, choice=ch.id,
@@ -116,6 +167,10 @@ class PatternsProposer:
                         continue
                     seen.add(key)
                     step = {"knob": kname, "value": value}
+                    why = self.violation(choices, new_knobs)
+                    if why:
+                        pruned.append({"step": step, "reason": why})
+                        continue
                     rating, confidence = evidence.get(json.dumps(step, sort_keys=True), (5.0, 0.3))
                     out.append(Insert(
                         parent_id=node.id, decision=f"knob {kname}", choice=f"{kname}={value}",
@@ -125,7 +180,7 @@ class PatternsProposer:
                         rating=rating, confidence=confidence, impacts=Impacts(),
                         payload={"choices": choices, "knobs": new_knobs, "step": step},
                     ))
-        return out
+        return out, pruned
 
     @staticmethod
     def _evidence(tree: Tree) -> dict[str, tuple[float, float]]:
@@ -144,10 +199,4 @@ class PatternsProposer:
         node = tree[node_id]
         if "choices" not in node.payload:
             raise KnowledgeError(f"node {node_id!r} has no pack path in its payload (inserted by another planner?)")
-        kernel = self.pack.render(self.definition, node.payload["choices"], node.payload.get("knobs", {}))
-        return Candidate(
-            target=self.pack.target, sources=dict(kernel.sources), entry_point=kernel.entry_point,
-            compile_flags=list(kernel.compile_flags), launch=dict(kernel.launch),
-            meta={"proposer": self.name, "pack": kernel.pack, "family": kernel.family, "choices": kernel.choices,
-                  "knobs": kernel.knobs},
-        )
+        return self._candidate(node.payload["choices"], node.payload.get("knobs", {}))
