@@ -46,8 +46,13 @@ INPUT_NAMES = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
 _FLOAT32_INPUTS = ("A", "D", "delta_bias")
 
 
-@functools.lru_cache(maxsize=None)
 def _load_module(path: str) -> types.ModuleType:
+    """Import the .py file at ``path`` (absolute), once per version of the file (keyed by its mtime)."""
+    return _load_module_version(path, os.stat(path).st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=None)
+def _load_module_version(path: str, mtime_ns: int) -> types.ModuleType:
     spec = importlib.util.spec_from_file_location(f"ksearch_scan_{abs(hash(path)):x}", path)
     if spec is None or spec.loader is None:
         raise ValueError(f"cannot import a Python module from {path!r}")
