@@ -168,6 +168,15 @@ AXES = {"batch": 1, "dim": 4, "dstate": 4, "seqlen": 8}
     ({"name": "tiny", "axes": {**AXES, "dim": 8}}, "two workloads named 'tiny'"),
     ({"name": "typo", "axes": AXES, "inputs": {"uu": {"type": "random"}}}, "gives input 'uu', which"),
     ({"name": "sc", "axes": AXES, "inputs": {"u": {"type": "scalar", "value": 3}}}, "a scalar for input 'u'"),
+    ({"name": "d1", "axes": AXES, "distributions": {"dt": {"kind": "normal"}}}, "distribution for input 'dt', which"),
+    ({"name": "d2", "axes": AXES, "distributions": {"delta": {"kind": "integers", "low": 0, "high": 9}}},
+     "distribution 'integers' for float32 input 'delta'"),
+    ({"name": "d3", "axes": AXES, "distributions": {"delta": {"kind": "normal", "std": -1}}}, "std"),
+    ({"name": "d4", "axes": AXES, "distributions": {"delta": {"kind": "cauchy"}}}, "kind"),
+    ({"name": "d5", "axes": AXES, "distributions": {"D": {"kind": "uniform", "low": 2, "high": 1}}},
+     "low 2.0 > high 1.0"),
+    ({"name": "d6", "axes": AXES, "inputs": {"u": {"type": "scalar", "value": 3}},
+      "distributions": {"u": {"kind": "normal"}}}, "a scalar for input 'u'|also gives as 'scalar'"),
 ])
 def test_workloads_that_break_the_definition_are_refused_at_load(tmp_path, workload, match):
     with pytest.raises(TaskError, match=match):
@@ -196,3 +205,24 @@ def test_a_task_without_workloads_cannot_be_selected_from(tmp_path):
         t.select(None)
     with pytest.raises(TaskError, match="has no workloads"):
         load_task(d / "definition.yaml").select(None)
+
+
+def test_a_workloads_distribution_overrides_the_definitions_for_that_input_only():
+    """extreme-dt draws delta from its own normal(0, 40); the other inputs, and every input of a workload
+    without ``distributions``, are drawn as the definition says (the same values as before the override
+    existed: one stream per input)."""
+    import numpy as np
+
+    from ksearch.tasks.inputs import make_inputs
+
+    task = load_task("selective-scan")
+    w = task.workload("extreme-dt")
+    assert w.distributions["delta"].describe() == "normal(mean 0, std 40)"
+    plain = w.model_copy(update={"distributions": {}})
+    got, ref = make_inputs(task.definition, w, 5), make_inputs(task.definition, plain, 5)
+    assert 35 < float(np.std(got["delta"])) < 45 and float(np.std(ref["delta"])) < 0.6
+    for name in task.definition.inputs:
+        if name != "delta":
+            assert np.array_equal(got[name], ref[name]), name
+    # a line without the key loads as before (flashinfer-bench workloads have none)
+    assert Workload.model_validate({"axes": AXES}).distributions == {}

@@ -177,7 +177,8 @@ def task_view(task, target: str) -> dict[str, Any]:
         except TaskError:
             work = ""
         workloads.append({"name": w.label, "purpose": w.purpose,
-                          "axes": " ".join(f"{k}={v}" for k, v in w.axes.items()), "work": work})
+                          "axes": " ".join(f"{k}={v}" for k, v in w.axes.items()), "work": work,
+                          "dists": ", ".join(f"{k} ~ {d.describe()}" for k, d in w.distributions.items())})
     return {
         "name": d.name,
         "description": " ".join((d.description or "").split()),

@@ -95,9 +95,23 @@ class Distribution(_Record):
 
     kind: Literal["normal", "uniform", "neg_uniform", "integers"] = "normal"
     mean: float = 0.0
-    std: float = 1.0
+    std: float = Field(default=1.0, ge=0)
     low: float = 0.0
     high: float = 1.0
+
+    @model_validator(mode="after")
+    def _range_in_order(self) -> "Distribution":
+        if self.kind != "normal" and self.low > self.high:
+            raise ValueError(f"{self.kind} distribution: low {self.low} > high {self.high}")
+        return self
+
+    def describe(self) -> str:
+        """Short text: ``normal(mean 4, std 3)``, ``uniform[-4, -1)``, ``-uniform[1, 16)``, ``integers[0, 100)``."""
+        if self.kind == "normal":
+            return f"normal(mean {self.mean:g}, std {self.std:g})"
+        sign = "-" if self.kind == "neg_uniform" else ""
+        name = "integers" if self.kind == "integers" else "uniform"
+        return f"{sign}{name}[{self.low:g}, {self.high:g})"
 
 
 class TensorSpec(_Record):
@@ -215,10 +229,12 @@ class Definition(_Record):
 
     def check_workload(self, workload: "Workload") -> dict[str, int]:
         """`axis_values`, and the workload's ``inputs`` name inputs of this definition, a scalar only for a scalar
-        input. Returns the axis values.
+        input; its ``distributions`` name random inputs of this definition, ``integers`` exactly for integer
+        dtypes. Returns the axis values.
 
         Raises:
-            TaskError: as `axis_values`, or an input the definition does not have, or a scalar for an array.
+            TaskError: as `axis_values`, or an input the definition does not have, a scalar for an array, or a
+                distribution for a non-random input or of the wrong kind for the input's dtype.
         """
         values = self.axis_values(workload)
         for name, how in workload.inputs.items():
@@ -229,6 +245,19 @@ class Definition(_Record):
             if isinstance(how, ScalarInput) and spec.shape is not None:
                 raise TaskError(f"workload {workload.label!r} gives a scalar for input {name!r}, an array of shape "
                                 f"{spec.shape}")
+        for name, dist in workload.distributions.items():
+            spec = self.inputs.get(name)
+            if spec is None:
+                raise TaskError(f"workload {workload.label!r} gives a distribution for input {name!r}, which "
+                                f"{self.name!r} does not have; its inputs: {list(self.inputs)}")
+            how = workload.inputs.get(name)
+            if how is not None and not isinstance(how, RandomInput):
+                raise TaskError(f"workload {workload.label!r} gives a distribution for input {name!r}, which it "
+                                f"also gives as {how.type!r} (a distribution is for random inputs)")
+            is_int = spec.dtype.startswith("int") or spec.dtype == "bool"
+            if is_int != (dist.kind == "integers"):
+                raise TaskError(f"workload {workload.label!r}: distribution {dist.kind!r} for {spec.dtype} input "
+                                f"{name!r} ({'integers' if is_int else 'normal, uniform or neg_uniform'} expected)")
         return values
 
     def shape_of(self, spec: TensorSpec, axis_values: dict[str, int]) -> tuple[int, ...] | None:
@@ -303,6 +332,10 @@ class Workload(_Record):
     #: ksearch extension: ``check`` workloads are small shapes for correctness only (a search does not time
     #: them); ``bench`` workloads are checked and timed, and the search's objective is measured on them.
     purpose: Literal["check", "bench"] = "bench"
+    #: ksearch extension: input name -> the distribution its random values are drawn from in this workload,
+    #: over the definition's (a property workload: large-magnitude logits, extreme dt); inputs not named keep
+    #: the definition's. Checked against the definition by `Definition.check_workload`.
+    distributions: dict[str, Distribution] = Field(default_factory=dict)
 
     @property
     def label(self) -> str:

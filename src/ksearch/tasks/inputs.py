@@ -1,4 +1,5 @@
-"""Make a workload's inputs: random by each input's distribution, or as the workload says.
+"""Make a workload's inputs: random by each input's distribution (the workload's ``distributions`` over the
+definition's), or as the workload says.
 
 Arrays are NumPy, C-contiguous, in the definition's dtype (bfloat16 held as its raw uint16 bits, since NumPy
 has no bfloat16). Scalars (shape None) are Python numbers.
@@ -82,7 +83,7 @@ def make_inputs(definition: Definition, workload: Workload, seed: int) -> dict[s
         # one independent stream per (seed, input index): adding an input does not change the others
         rng = np.random.default_rng([seed, index])
         is_int = spec.dtype.startswith("int") or spec.dtype == "bool"
-        dist = spec.distribution or (Distribution(kind="integers", low=0, high=2 if spec.dtype == "bool" else 100)
+        dist = workload.distributions.get(name) or spec.distribution or (Distribution(kind="integers", low=0, high=2 if spec.dtype == "bool" else 100)
                                      if is_int else Distribution())
         if shape is None:
             out[name] = _draw(rng, dist, ()).item()
