@@ -109,3 +109,21 @@ def test_knowledge_show_metal_text():
 def test_knowledge_show_unknown_pair_is_one_readable_error():
     r = CliRunner().invoke(app, ["knowledge", "show", "--to", "rocm"])
     assert r.exit_code != 0 and isinstance(r.exception, KnowledgeError)
+
+
+def test_an_assertion_without_a_check_must_say_why():
+    from ksearch.knowledge.translation import Assertion
+
+    with pytest.raises(ValueError, match="has no check"):
+        Assertion(id="x", property="p", why="w")
+    assert Assertion(id="x", property="p", why="w", note="no attention task yet").checks == []
+    for pair in available():
+        for a in load_translation(*pair).assertions:
+            assert a.checks or a.note, f"{pair}: {a.id}"
+
+
+@pytest.mark.parametrize("pair", available(), ids=lambda p: "-".join(p))
+def test_every_map_checks_the_extreme_dt_property(pair):
+    """The property workload of issue 7 is named by an assertion of every map, for both dtypes."""
+    checks = {(c.task, c.workload) for a in load_translation(*pair).assertions for c in a.checks}
+    assert {("selective-scan", "extreme-dt"), ("selective-scan-fp16", "extreme-dt")} <= checks

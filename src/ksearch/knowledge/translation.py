@@ -86,13 +86,21 @@ class Check(_Strict):
 
 
 class Assertion(_Strict):
-    """A property an expert kernel keeps, and the checks that enforce it (empty when none exists yet)."""
+    """A property an expert kernel keeps, and the checks that enforce it; an assertion without checks must say
+    in ``note`` why none exists yet (e.g. no built-in task exercises it)."""
 
     id: str = Field(min_length=1)
     property: str = Field(min_length=1)
     why: str = Field(min_length=1)
     checks: list[Check] = Field(default_factory=list)
     note: str | None = None
+
+    @model_validator(mode="after")
+    def _checked_or_explained(self) -> "Assertion":
+        if not self.checks and not (self.note and self.note.strip()):
+            raise ValueError(f"assertion {self.id!r} has no check: name one (a static rule with its target, or a "
+                             "workload with its task), or say in `note` why none exists yet")
+        return self
 
 
 class TranslationMap(_Strict):
