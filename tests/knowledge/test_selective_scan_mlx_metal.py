@@ -481,3 +481,82 @@ def test_simd_lanes_algorithm_matches_the_float64_reference(axes, lpr, nsg, exp2
     assert k.launch["template"] == {"LPR": lpr, "NSG": nsg}
     out, last = emulate_simd_lanes(inp, axes, lpr, nsg, exp2)
     _check_against_reference(out, last, ref, rtol=1e-9, atol=1e-9)
+
+
+# -- the bodies as C++, with Metal declared by stubs ------------------------------------------------------------
+
+#: Thread attributes MLX adds to the signature when their name occurs in the body (mlx/backend/metal/
+#: custom_kernel.cpp's metal_attributes, in its order), with their types.
+MLX_ATTRIBUTES = [
+    ("dispatch_quadgroups_per_threadgroup", "uint"), ("dispatch_simdgroups_per_threadgroup", "uint"),
+    ("dispatch_threads_per_threadgroup", "uint3"), ("grid_origin", "uint3"), ("grid_size", "uint3"),
+    ("quadgroup_index_in_threadgroup", "uint"), ("quadgroups_per_threadgroup", "uint"),
+    ("simdgroup_index_in_threadgroup", "uint"), ("simdgroups_per_threadgroup", "uint"),
+    ("thread_execution_width", "uint"), ("thread_index_in_quadgroup", "uint"), ("thread_index_in_simdgroup", "uint"),
+    ("thread_index_in_threadgroup", "uint"), ("thread_position_in_grid", "uint3"),
+    ("thread_position_in_threadgroup", "uint3"), ("threadgroup_position_in_grid", "uint3"),
+    ("threadgroups_per_grid", "uint3"), ("threads_per_grid", "uint3"), ("threads_per_simdgroup", "uint"),
+    ("threads_per_threadgroup", "uint3"),
+]
+
+#: Declarations of the Metal names the bodies use, with the Metal Shading Language Specification's signatures;
+#: `device`, `constant` and `threadgroup` (address spaces) vanish, `half` is a float-backed stand-in.
+METAL_STUBS = """
+#define device
+#define constant
+#define threadgroup
+typedef unsigned int uint;
+typedef unsigned short ushort;
+struct uint3 { uint x, y, z; };
+struct half { float v; half() = default; half(float f) : v(f) {} operator float() const { return v; } };
+typedef half float16_t;
+enum class mem_flags { mem_none, mem_device, mem_threadgroup };
+void threadgroup_barrier(mem_flags);
+namespace metal {
+float exp(float); float log(float); float exp2(float);
+namespace fast { float exp(float); float log(float); float exp2(float); }
+template <typename T> T simd_shuffle(T, ushort);
+template <typename T> T simd_shuffle_up(T, ushort);
+template <typename T> T simd_shuffle_xor(T, ushort);
+}
+"""
+
+
+def as_cpp(k, definition, fn: str, axes: dict) -> str:
+    """The function MLX would generate around the body (inputs `const device T*`, outputs `device T*`, the named
+    thread attributes, the axes and the launch's template constants as int template parameters), instantiated
+    for ``axes``."""
+    ctype = {"float32": "float", "float16": "float16_t"}
+    body = k.sources["kernel.metal"]
+    params = [f"const device {ctype[s.dtype]}* {n}" for n, s in definition.inputs.items()]
+    params += [f"device {ctype[s.dtype]}* {n}" for n, s in definition.outputs.items()]
+    params += [f"{t} {a}" for a, t in MLX_ATTRIBUTES if a in body]
+    tmpl = {**axes, **k.launch.get("template", {})}
+    head = f"template <{', '.join(f'int {n}' for n in tmpl)}>\nvoid {fn}({', '.join(params)}) {{\n"
+    inst = f"template void {fn}<{', '.join(str(v) for v in tmpl.values())}>({', '.join(params)});\n"
+    return head + body + "}\n" + inst
+
+
+@pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="g++ not installed")
+def test_every_body_type_checks_as_cpp_against_metal_declarations(packtask, tmp_path):
+    """A proxy for the Metal compiler (not one: Metal's own rules, e.g. no recursion, are not checked): every
+    reachable body, wrapped as MLX wraps it and instantiated for a workload, has no undeclared name, no type
+    error and no variable-length array (g++ -pedantic-errors)."""
+    import subprocess
+
+    pack, task = packtask
+    axes = task.workload("odd").axes
+    units = [METAL_STUBS]
+    for i, (choices, knobs) in enumerate(all_paths(pack)):
+        units.append(f"// {choices} {knobs}\n" + as_cpp(pack.render(task.definition, choices, knobs),
+                                                          task.definition, f"k{i}", axes))
+    src = tmp_path / "bodies.cpp"
+    src.write_text("\n".join(units))
+    r = subprocess.run(["g++", "-std=c++14", "-fsyntax-only", "-pedantic-errors", "-Wall", "-Werror",
+                        "-Wno-unused-variable", str(src)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    # the check can fail: an undeclared name in one body is an error
+    bad = src.read_text().replace("metal::simd_shuffle_up(ta, off)", "simd_shuffle_upp(ta, off)", 1)
+    src.write_text(bad)
+    r = subprocess.run(["g++", "-std=c++14", "-fsyntax-only", str(src)], capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "simd_shuffle_upp" in r.stderr
