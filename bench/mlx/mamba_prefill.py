@@ -1,0 +1,286 @@
+"""mlx-lm Mamba-1 prefill and decode, stock (mlx-lm's per-token loop) against patched (a selective-scan kernel
+through ksearch.integrations.mlx_lm.patch_mamba), on whatever device MLX runs on.
+
+A mamba-370m-shaped model (hidden 1024, 48 layers, d_inner 2048, d_state 16, conv 4, dt rank 64, vocab 50280,
+tied embeddings) is built from a config dict with random weights (nothing is downloaded), in float16 by
+default. Per prompt length L: prefill tokens/s (a fresh cache, the prompt fed in --prefill-step chunks with the
+cache evaluated after each, as mlx-lm's generate_step does), then one warm-up and --decode timed one-token
+steps (decode tokens/s;
+both variants decode through mlx-lm's own code, so the two should agree). Every forward's result is
+``mx.eval``-ed and the stream synchronized before the clock stops (MLX is lazy); one warm-up run per variant
+and L first (it also compiles a kernel module's per-shape kernels). Where both run, the patched logits (last
+prefill chunk and every decode step) are compared with stock: max |diff|, the same relative to max |stock|,
+top-1 agreement, pass/fail at --rtol.
+
+The same script runs on an Apple GPU (MLX's Metal backend: `pip install mlx mlx-lm`), on NVIDIA (MLX's CUDA
+backend: `pip install mlx-cuda-13 mlx-lm`) and on CPU (small sizes only: MLX's CPU backend is slow):
+
+    python bench/mlx/mamba_prefill.py                                  # reference_scan (pure MLX ops)
+    python bench/mlx/mamba_prefill.py --scan scan.py                   # a kernel from `ksearch export RUN`
+    python bench/mlx/mamba_prefill.py --Ls 512,1024,2048,4096 --stock-max-L 1024 --batch 1
+    python bench/mlx/mamba_prefill.py --layers 2 --Ls 64,128 --vocab 512 --decode 4   # a quick CPU check
+
+Results: a table on stdout, JSON + Markdown under --out (default bench/results) with the device, library
+versions, date and the exact command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shlex
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "src"))
+
+import mlx.core as mx  # noqa: E402
+from mlx_lm.models import mamba  # noqa: E402
+
+from ksearch.integrations.mlx_lm import load_scan, patch_mamba, reference_scan, unpatch_mamba  # noqa: E402
+
+#: mamba-370m (state-spaces/mamba-370m-hf config), Hugging Face key names
+MAMBA_370M = dict(model_type="mamba", vocab_size=50280, hidden_size=1024, intermediate_size=2048, state_size=16,
+                  num_hidden_layers=48, conv_kernel=4, use_bias=False, use_conv_bias=True, time_step_rank=64,
+                  tie_word_embeddings=True)
+
+
+def build_model(layers: int, dtype, seed: int, vocab: int = MAMBA_370M["vocab_size"]):
+    mx.random.seed(seed)
+    model = mamba.Model(mamba.ModelArgs.from_dict({**MAMBA_370M, "num_hidden_layers": layers, "vocab_size": vocab}))
+    model.set_dtype(dtype)
+    mx.eval(model.parameters())
+    return model
+
+
+def device_info() -> dict:
+    info = {"default_device": str(mx.default_device())}
+    try:
+        info.update({k: v for k, v in mx.device_info().items() if isinstance(v, (str, int, float, bool))})
+    except Exception as e:  # older MLX or no GPU backend
+        info["device_info_error"] = repr(e)
+    info["metal"] = bool(mx.metal.is_available())
+    cuda = getattr(mx, "cuda", None)
+    info["cuda"] = bool(cuda is not None and cuda.is_available())
+    info["backend"] = "metal" if info["metal"] else "cuda" if info["cuda"] else "cpu"
+    return info
+
+
+def versions() -> dict:
+    v = {"python": platform.python_version(), "platform": platform.platform()}
+    for dist in ("mlx", "mlx-metal", "mlx-cuda-13", "mlx-cuda-12", "mlx-cpu", "mlx-lm", "ksearch"):
+        try:
+            v[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    v["mlx.core.__version__"] = mx.__version__
+    return v
+
+
+def prefill(model, toks, step: int):
+    """Feed toks [batch, L] in chunks of ``step`` into a fresh cache; returns (last chunk's logits, cache)."""
+    cache = model.make_cache()
+    L = toks.shape[1]
+    logits = None
+    for t0 in range(0, L, step):
+        logits = model(toks[:, t0:t0 + step], cache)
+        mx.eval(logits, [c.cache for c in cache])
+    mx.synchronize()
+    return logits, cache
+
+
+def decode(model, cache, tok, steps: int):
+    """``steps`` greedy one-token forwards from tok [batch, 1]; returns (logits [steps, batch, vocab], next tok)."""
+    out = []
+    for _ in range(steps):
+        logits = model(tok, cache)[:, -1]
+        tok = mx.argmax(logits, axis=-1, keepdims=True)
+        mx.eval(logits, tok, [c.cache for c in cache])
+        out.append(logits)
+    mx.synchronize()
+    return (mx.stack(out) if out else None), tok
+
+
+def timed(fn, reps: int, budget_s: float) -> tuple[list[float], object]:
+    """Run fn() reps times (at least once; stop early past budget_s); wall seconds of each and the last result."""
+    times, result, t_start = [], None, time.perf_counter()
+    for _ in range(max(1, reps)):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+        if time.perf_counter() - t_start > budget_s:
+            break
+    return times, result
+
+
+def measure(model, toks, args) -> dict:
+    """Warm-up, timed prefills, then decode after the last one; every result evaluated."""
+    n_tok = toks.shape[0] * toks.shape[1]
+    prefill(model, toks, args.prefill_step)  # warm-up (and per-shape kernel compiles)
+    times, (logits, cache) = timed(lambda: prefill(model, toks, args.prefill_step), args.reps, args.budget_s)
+    dec_logits, dec_s = None, None
+    if args.decode:
+        _, tok = decode(model, cache, mx.argmax(logits[:, -1:], axis=-1), 1)  # warm-up step
+        t0 = time.perf_counter()
+        dec_logits, _ = decode(model, cache, tok, args.decode)
+        dec_s = time.perf_counter() - t0
+    med = statistics.median(times)
+    r = {"prefill_s": times, "prefill_median_s": med, "prefill_tok_s": n_tok / med}
+    if dec_s is not None:
+        r.update(decode_steps=args.decode, decode_s=dec_s, decode_tok_s=toks.shape[0] * args.decode / dec_s,
+                 decode_ms_per_step=1e3 * dec_s / args.decode)
+    return r | {"_logits": logits, "_decode_logits": dec_logits}
+
+
+def compare(stock: dict, patched: dict, rtol: float) -> dict:
+    """Patched against stock logits (last prefill chunk and decode steps), in float32."""
+    out = {}
+    for key, name in (("_logits", "prefill"), ("_decode_logits", "decode")):
+        s, p = stock.get(key), patched.get(key)
+        if s is None or p is None:
+            continue
+        s, p = s.astype(mx.float32), p.astype(mx.float32)
+        diff = float(mx.abs(s - p).max())
+        scale = float(mx.abs(s).max())
+        top1 = float((mx.argmax(s, axis=-1) == mx.argmax(p, axis=-1)).astype(mx.float32).mean())
+        finite = bool(mx.all(mx.isfinite(p)).item())
+        out[name] = {"max_abs_diff": diff, "max_abs_stock": scale, "max_rel_diff": diff / max(scale, 1e-30),
+                     "top1_agreement": top1, "finite": finite,
+                     "pass": finite and diff <= rtol * max(scale, 1e-30)}
+    out["pass"] = all(v["pass"] for v in out.values() if isinstance(v, dict))
+    return out
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scan", help="a scan module (`ksearch export RUN --out scan.py`); default: reference_scan")
+    ap.add_argument("--Ls", default="512,1024,2048,4096", help="prompt lengths, comma-separated")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--layers", type=int, default=48, help="number of Mamba layers (mamba-370m: 48)")
+    ap.add_argument("--vocab", type=int, default=MAMBA_370M["vocab_size"],
+                    help="vocabulary size (mamba-370m: 50280); smaller only for quick CPU checks, where the "
+                         "logits matmul dominates")
+    ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
+    ap.add_argument("--stock-max-L", type=int, default=None,
+                    help="skip stock (and the logits check) above this L; stock is ~T Python steps per layer")
+    ap.add_argument("--prefill-step", type=int, default=2048,
+                    help="tokens per prefill forward (mlx-lm generate_step's prefill_step_size default: 2048)")
+    ap.add_argument("--decode", type=int, default=16, help="decode steps after the prompt (0: none)")
+    ap.add_argument("--reps", type=int, default=3, help="timed prefills per variant and L (after one warm-up)")
+    ap.add_argument("--budget-s", type=float, default=60.0, help="stop repeating a prefill after this many s")
+    ap.add_argument("--rtol", type=float, default=2e-2,
+                    help="pass if max |patched - stock| <= rtol * max |stock| (logits)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    Ls = [int(x) for x in args.Ls.split(",") if x.strip()]
+    dtype = getattr(mx, args.dtype)
+    if args.scan:
+        scan, input_dtypes = load_scan(args.scan)
+        scan_label = f"{Path(args.scan).name} (exported kernel module)"
+        scan_arg = args.scan
+    else:
+        scan, input_dtypes, scan_arg = reference_scan, {}, reference_scan
+        scan_label = "reference_scan (pure MLX ops, ksearch.integrations.mlx_scan; no custom kernel)"
+    dev = device_info()
+    print(f"device: {dev}\nscan: {scan_label}\nmodel: mamba-370m-shaped, {args.layers} layers, {args.dtype}, "
+          f"random weights; batch {args.batch}", flush=True)
+    model = build_model(args.layers, dtype, args.seed, args.vocab)
+    rows = []
+    for L in Ls:
+        toks = mx.random.randint(0, args.vocab, (args.batch, L), key=mx.random.key(args.seed + L))
+        row = {"L": L, "batch": args.batch}
+        if args.stock_max_L is None or L <= args.stock_max_L:
+            unpatch_mamba(model)
+            row["stock"] = measure(model, toks, args)
+        patch_mamba(model, scan_arg)
+        row["patched"] = measure(model, toks, args)
+        unpatch_mamba(model)
+        if "stock" in row:
+            row["check"] = compare(row["stock"], row["patched"], args.rtol)
+            row["prefill_speedup"] = row["stock"]["prefill_median_s"] / row["patched"]["prefill_median_s"]
+        for v in ("stock", "patched"):
+            if v in row:
+                row[v] = {k: x for k, x in row[v].items() if not k.startswith("_")}
+        rows.append(row)
+        print(line(row), flush=True)
+    report = {
+        "benchmark": "mlx-lm Mamba-1 prefill/decode, stock vs patched (ksearch.integrations.mlx_lm)",
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": "python " + " ".join(shlex.quote(a) for a in [str(Path(sys.argv[0])), *argv]),
+        "device": dev, "versions": versions(),
+        "model": {**MAMBA_370M, "num_hidden_layers": args.layers, "vocab_size": args.vocab, "dtype": args.dtype, "weights": "random",
+                  "seed": args.seed},
+        "scan": scan_label, "scan_input_dtypes": {k: str(v) for k, v in input_dtypes.items()},
+        "settings": {k: getattr(args, k) for k in ("batch", "prefill_step", "decode", "reps", "budget_s", "rtol",
+                                                    "stock_max_L")},
+        "rows": rows,
+    }
+    md = markdown(report)
+    print("\n" + md)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    base = out / f"mlx-mamba-prefill-{dev['backend']}-{stamp}"
+    base.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
+    base.with_suffix(".md").write_text(md)
+    print(f"wrote {base}.json and .md")
+    return 0 if all(r.get("check", {}).get("pass", True) for r in rows) else 1
+
+
+def _f(x, fmt="{:,.1f}"):
+    return "-" if x is None else fmt.format(x)
+
+
+def line(row) -> str:
+    s, p, c = row.get("stock", {}), row["patched"], row.get("check", {})
+    return (f"L {row['L']:>5}: prefill stock {_f(s.get('prefill_tok_s'))} tok/s, patched "
+            f"{_f(p['prefill_tok_s'])} tok/s ({_f(row.get('prefill_speedup'), '{:.1f}')}x); decode stock "
+            f"{_f(s.get('decode_tok_s'))}, patched {_f(p.get('decode_tok_s'))} tok/s; check "
+            f"{'-' if not c else 'pass' if c['pass'] else 'FAIL'}")
+
+
+def markdown(rep) -> str:
+    d, m = rep["device"], rep["model"]
+    name = d.get("device_name") or d.get("default_device")
+    lines = [
+        f"# mlx-lm Mamba-1 prefill: stock vs patched on {name} ({d['backend']})", "",
+        f"- date: {rep['date']}", f"- command: `{rep['command']}`", f"- device: {json.dumps(d)}",
+        f"- versions: {json.dumps(rep['versions'])}",
+        f"- model: mamba-370m-shaped, {m['num_hidden_layers']} layers, vocab {m['vocab_size']}, {m['dtype']}, "
+        f"random weights (seed {m['seed']})",
+        f"- scan: {rep['scan']}", f"- settings: {json.dumps(rep['settings'])}",
+        "- prefill: a fresh cache, prompt fed in prefill_step chunks, cache evaluated after each (median of the "
+        "timed runs, after one warm-up); decode: greedy one-token steps after the prompt, both variants through "
+        "mlx-lm's own decode code", "",
+        "| batch | L | stock prefill tok/s | patched prefill tok/s | speedup | stock decode tok/s | "
+        "patched decode tok/s | logits max abs diff (prefill / decode) | rel | top-1 agree | check |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |",
+    ]
+    for r in rep["rows"]:
+        s, p, c = r.get("stock", {}), r["patched"], r.get("check", {})
+        pre, dec = c.get("prefill", {}), c.get("decode", {})
+        rel = max((x.get("max_rel_diff", 0) for x in (pre, dec)), default=None) if c else None
+        lines.append(
+            f"| {r['batch']} | {r['L']} | {_f(s.get('prefill_tok_s'))} | {_f(p['prefill_tok_s'])} | "
+            f"{_f(r.get('prefill_speedup'), '{:.1f}x')} | {_f(s.get('decode_tok_s'))} | {_f(p.get('decode_tok_s'))} | "
+            f"{_f(pre.get('max_abs_diff'), '{:.3g}')} / {_f(dec.get('max_abs_diff'), '{:.3g}')} | "
+            f"{_f(rel, '{:.2e}')} | {_f(pre.get('top1_agreement'), '{:.3f}')} | "
+            f"{'not checked (stock skipped)' if not c else 'pass' if c['pass'] else 'FAIL'} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
