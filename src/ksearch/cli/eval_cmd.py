@@ -15,7 +15,7 @@ from ksearch.eval.evaluator import EvalConfig, Evaluator
 from ksearch.eval.records import Candidate
 from ksearch.eval.sandbox import Policy
 from ksearch.report.tables import ceilings_lines, evaluation_json, evaluation_table, wide_console
-from ksearch.targets import get_target
+from ksearch.targets import get_target, resolve_target
 from ksearch.tasks import load_task
 
 console = Console(stderr=True)
@@ -24,7 +24,7 @@ console = Console(stderr=True)
 def eval_command(
     task: str = typer.Argument(..., help="Built-in task name, task directory or definition file."),
     kernel: Path = typer.Argument(..., help="Kernel source file (.c/.cpp for cpu, .cu for cuda, .py for triton)."),
-    target: str = typer.Option("cpu", help="Target that compiles and runs the kernel: cpu, cuda or triton."),
+    target: str = typer.Option("cpu", help="Target that compiles and runs the kernel: cpu, cuda, triton, mlx (mlx-metal or mlx-cuda, whichever this machine has)."),
     workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all)."),
     seeds: int = typer.Option(3, min=1, help="Correctness checks per workload, each on fresh random inputs."),
     seed: int | None = typer.Option(None, min=0, help="Base seed for the inputs (default: fresh random)."),
@@ -49,6 +49,7 @@ def eval_command(
         raise TaskError(f"kernel file {kernel} is not UTF-8 text (byte {e.start}: {e.reason})") from None
     names = [n.strip() for n in workloads.split(",") if n.strip()] or None
     selected = t.select(names)
+    target = resolve_target(target)
     if target != "cpu":  # a GPU target says what is missing (torch, triton, cupy, a device) before anything runs
         why = get_target(target).available()
         if why:
@@ -58,7 +59,7 @@ def eval_command(
     if not as_json:
         console.print("[dim]hardware: loading the cached spec (first use measures the ceilings, ~10 s)…[/]")
     hardware = spec_for_target(target)
-    plan = _launch_plan(kernel, launch) if target == "cuda" else {}
+    plan = _launch_plan(kernel, launch) if target in ("cuda", "mlx-cuda", "mlx-metal") else {}
     if namespaces not in ("auto", "no-user", "off"):
         raise TaskError(f"--namespaces must be auto, no-user or off, not {namespaces!r}")
     base = secrets.randbits(62) if seed is None else seed

@@ -109,7 +109,9 @@ def _print_summary(session: Session, summary: dict, as_json: bool) -> None:
 def run_command(
     task: str = typer.Argument("selective-scan", help="Built-in task name, task directory or definition file."),
     target: str = typer.Option("cpu", help="Where kernels run: cpu, cuda (CUDA C++ on an NVIDIA GPU, through "
-                                            "CuPy) or triton (Triton kernels on an NVIDIA GPU, through torch)."),
+                                            "CuPy), triton (Triton kernels on an NVIDIA GPU, through torch), mlx "
+                                            "(MLX custom kernels: mlx-metal on Apple GPUs, mlx-cuda through MLX's "
+                                            "CUDA backend; docs/mlx-target.md)."),
     budget: int = typer.Option(40, min=1, help="Candidate evaluations to spend (the naive baseline not counted)."),
     seed: int = typer.Option(0, help="Seed of the strategy's tie breaks and the correctness inputs."),
     proposer: str = typer.Option("", help="Who writes edits and kernels: patterns (offline, from the knowledge "

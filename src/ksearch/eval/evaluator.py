@@ -42,7 +42,7 @@ from ksearch.tasks.inputs import numpy_dtype, to_float64
 from ksearch.tasks.loader import Task
 
 #: targets whose worker needs the GPU (Policy.gpu; namespaces and seccomp off, see `_start_worker`)
-GPU_TARGETS = ("cuda", "triton")
+GPU_TARGETS = ("cuda", "triton", "mlx-cuda", "mlx-metal")
 
 
 @dataclass
@@ -117,7 +117,8 @@ class Evaluator:
     def naive_candidate(self) -> Candidate:
         """The task's naive kernel for this target. Raises KeyError when the task ships none."""
         source = self.task.naive_sources[self.target.name]
-        name = {"cuda": "kernel.cu", "triton": "kernel.py"}.get(self.target.name, "kernel.c")
+        name = {"cuda": "kernel.cu", "triton": "kernel.py", "mlx-cuda": "kernel.cu",
+                "mlx-metal": "kernel.metal"}.get(self.target.name, "kernel.c")
         launch = getattr(self.task, "naive_launch", {}).get(self.target.name, {})
         return Candidate(target=self.target.name, sources={name: source}, launch=launch, meta={"role": "naive"})
 

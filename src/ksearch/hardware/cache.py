@@ -80,8 +80,28 @@ def spec_for_target(target: str) -> HardwareSpec:
     """The spec a target's roofline comes from: the local GPU's for ``cuda`` and ``triton`` (measured with CuPy
     probes), else the local CPU's (measured once, then cached). Raises HardwareError (or TargetError for a GPU
     without CuPy) naming what is missing."""
-    if target in ("cuda", "triton"):
+    if target in ("cuda", "triton", "mlx-cuda"):  # mlx-cuda: the same NVIDIA GPU, probed through CuPy
         from ksearch.hardware.gpu import load_or_measure_gpu
 
         return load_or_measure_gpu()
+    if target == "mlx-metal":
+        return _apple_spec()
     return load_or_measure()
+
+
+def _apple_spec() -> HardwareSpec:
+    """The catalog's spec of the Apple GPU MLX reports (``mx.device_info()["device_name"]``, e.g. "Apple M2
+    Max"). Raises HardwareError when MLX is missing or the chip is not in the catalog (the message lists it)."""
+    from ksearch.hardware import catalog
+
+    try:
+        import mlx.core as mx
+
+        name = str(mx.device_info().get("device_name", ""))
+    except Exception as e:
+        raise HardwareError(f"cannot ask MLX for the Apple GPU's name: {type(e).__name__}: {e}") from None
+    key = name.lower().replace("apple", "").strip()
+    if catalog.find(key) is None:
+        raise HardwareError(f"the Apple GPU {name!r} is not in the hardware catalog (`ksearch hardware list`); "
+                            f"close: {catalog.close_matches(key)}")
+    return catalog.to_spec(key)

@@ -33,11 +33,16 @@ SOURCE_LANGS: dict[str, dict[str, str]] = {
     "cpu": {"c": "kernel.c", "cpp": "kernel.cpp", "c++": "kernel.cpp", "cxx": "kernel.cpp", "cc": "kernel.cpp"},
     "cuda": {"cuda": "kernel.cu", "cu": "kernel.cu", "cpp": "kernel.cu", "c++": "kernel.cu"},
     "triton": {"python": "kernel.py", "py": "kernel.py"},
+    "mlx-cuda": {"cuda": "kernel.cu", "cu": "kernel.cu", "cpp": "kernel.cu", "c++": "kernel.cu"},
+    "mlx-metal": {"metal": "kernel.metal", "msl": "kernel.metal", "cpp": "kernel.metal", "c++": "kernel.metal"},
 }
 #: per target: the fence language a reply is asked to use (named in error messages)
-MAIN_LANG = {"cpu": "c", "cuda": "cuda", "triton": "python"}
+MAIN_LANG = {"cpu": "c", "cuda": "cuda", "triton": "python", "mlx-cuda": "cuda", "mlx-metal": "metal"}
 #: per target: file name suffixes a named block may have
-SOURCE_SUFFIXES = {"cpu": (".c", ".cpp", ".cc", ".cxx"), "cuda": (".cu",), "triton": (".py",)}
+SOURCE_SUFFIXES = {"cpu": (".c", ".cpp", ".cc", ".cxx"), "cuda": (".cu",), "triton": (".py",), "mlx-cuda": (".cu", ".cuh"),
+                   "mlx-metal": (".metal",)}
+#: targets whose candidates carry a launch as data (a ```yaml block in the coder's reply)
+LAUNCH_TARGETS = ("cuda", "mlx-cuda", "mlx-metal")
 YAML_LANGS = frozenset({"yaml", "yml"})
 #: brackets of a reply tried as the start of a bare JSON array (bounds the work on garbage)
 MAX_SCAN = 500
@@ -263,7 +268,7 @@ def extract_code(text: str, target: str, finish_reason: str | None = None) -> Co
     main = MAIN_LANG[target]
     cut = is_truncated(finish_reason)
     all_fences = fences(text)
-    wanted = set(langs) | (YAML_LANGS if target == "cuda" else set())
+    wanted = set(langs) | (YAML_LANGS if target in LAUNCH_TARGETS else set())
     unclosed = [f for f in all_fences if not f.closed]
     open_fences = [f for f in unclosed if f.lang in wanted or (f.name or "").endswith(SOURCE_SUFFIXES[target])]
     all_fences = [f for f in all_fences if f.closed]
@@ -299,12 +304,12 @@ def extract_code(text: str, target: str, finish_reason: str | None = None) -> Co
     if any(not body.strip() for body in sources.values()):
         raise ReplyError(f"an empty ```{main} block: no kernel in the reply")
     launch: dict[str, Any] = {}
-    if target == "cuda":
+    if target in LAUNCH_TARGETS:
         plans = [f for f in all_fences if f.lang in YAML_LANGS]
         if not plans:
             why = f"; the reply was cut at the token limit (finish_reason {finish_reason!r})" if cut else ""
-            raise ReplyError(f"no ```yaml launch plan in the reply ({_found(all_fences)}): a cuda kernel needs "
-                             f"one (docs/cuda-target.md){why}")
+            raise ReplyError(f"no ```yaml launch plan in the reply ({_found(all_fences)}): a {target} kernel needs "
+                             f"one (docs/cuda-target.md, docs/mlx-target.md){why}")
         if len(plans) > 1:
             notes.append(f"{len(plans)} ```yaml blocks: took the last (line {plans[-1].line})")
         try:

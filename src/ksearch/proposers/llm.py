@@ -57,7 +57,8 @@ ROOT_PAYLOAD_CHARS = 4000
 #: longest compile log shown to the coder (characters; the head, where compilers put the first error)
 LOG_CHARS = 3000
 
-_LANG = {".c": "c", ".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".cu": "cuda", ".py": "python"}
+_LANG = {".c": "c", ".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".cu": "cuda", ".cuh": "cuda", ".py": "python",
+         ".metal": "metal"}
 
 
 def _code_blocks(sources: dict[str, str], launch: dict | None) -> list[dict[str, str]]:
@@ -367,7 +368,8 @@ class LLMProposer:
         """The code an action applies to: the parent's candidate, or the task's naive kernel."""
         if parent is not None:
             return dict(parent.sources), dict(parent.launch)
-        name = {"cuda": "kernel.cu", "triton": "kernel.py"}.get(self.target, "kernel.c")
+        name = {"cuda": "kernel.cu", "triton": "kernel.py", "mlx-cuda": "kernel.cu",
+                "mlx-metal": "kernel.metal"}.get(self.target, "kernel.c")
         launch = getattr(self.task, "naive_launch", {}).get(self.target, {})
         return {name: self.task.naive_sources[self.target]}, dict(launch)
 

@@ -39,7 +39,33 @@ class Target(Protocol):
 
 
 def target_names() -> list[str]:
-    return ["cpu", "cuda", "triton"]
+    """Every target name ``--target`` takes (``mlx`` resolves to mlx-metal or mlx-cuda: `resolve_target`)."""
+    return ["cpu", "cuda", "triton", "mlx", "mlx-metal", "mlx-cuda"]
+
+
+def resolve_target(name: str) -> str:
+    """The concrete target a name stands for: ``mlx`` becomes ``mlx-metal`` or ``mlx-cuda`` for this
+    machine; others are unchanged. Raises TargetError (listing the targets available here) when ``mlx`` has
+    no backend."""
+    if name == "mlx":
+        from ksearch.targets.mlx import resolve_mlx
+
+        return resolve_mlx(name)
+    return name
+
+
+def available_targets() -> list[str]:
+    """The concrete targets this machine can run now (each target's ``available()`` is None)."""
+    out = []
+    for name in target_names():
+        if name == "mlx":
+            continue
+        try:
+            if get_target(name).available() is None:
+                out.append(name)
+        except Exception:  # a broken installation of one target's libraries hides only that target
+            continue
+    return out
 
 
 def get_target(name: str) -> Target:
@@ -56,4 +82,10 @@ def get_target(name: str) -> Target:
         from ksearch.targets.triton import TritonTarget
 
         return TritonTarget()
+    if name in ("mlx-metal", "mlx-cuda"):
+        from ksearch.targets.mlx import MlxTarget
+
+        return MlxTarget(name)
+    if name == "mlx":
+        return get_target(resolve_target(name))
     raise TargetError(f"unknown target {name!r}; known: {', '.join(target_names())}")

@@ -24,7 +24,7 @@ from ksearch.errors import TaskError
 from ksearch.tasks.definition import Definition, Workload
 
 _BUILTIN_ROOT = resources.files("ksearch.tasks") / "builtin"
-_NAIVE_EXT = {"cpu": "c", "cuda": "cu", "triton": "py", "mlx": "metal"}
+_NAIVE_EXT = {"cpu": "c", "cuda": "cu", "triton": "py", "mlx-cuda": "cu", "mlx-metal": "metal"}
 
 
 @dataclass
