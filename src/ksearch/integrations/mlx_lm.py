@@ -36,7 +36,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 from ksearch.integrations.mlx_scan import initial_state_terms, reference_scan
 
-__all__ = ["patch_mamba", "unpatch_mamba", "load_scan", "reference_scan", "ScanFn"]
+__all__ = ["patch_mamba", "unpatch_mamba", "is_patched", "load_scan", "reference_scan", "ScanFn"]
 
 #: the task contract: scan(u, delta, A, B, C, D, z, delta_bias) -> (out, last_state)
 ScanFn = Callable[..., tuple]
