@@ -27,12 +27,14 @@ versions, date and the exact command.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import platform
 import shlex
 import statistics
 import sys
 import time
+import types
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -41,7 +43,29 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 import mlx.core as mx  # noqa: E402
-from mlx_lm.models import mamba  # noqa: E402
+
+
+def _import_mamba():
+    """mlx_lm.models.mamba; where mlx-lm's package __init__ fails for want of its tokenizer dependencies
+    (transformers, huggingface_hub: mlx-lm installed with --no-deps, as on the lent H200), the package is
+    stood in for by a bare module so that only the model code is imported. Returns (module, note)."""
+    try:
+        from mlx_lm.models import mamba as m
+        return m, None
+    except ImportError as e:
+        for k in [k for k in sys.modules if k == "mlx_lm" or k.startswith("mlx_lm.")]:
+            del sys.modules[k]
+        spec = importlib.util.find_spec("mlx_lm")
+        if spec is None:
+            raise
+        pkg = types.ModuleType("mlx_lm")
+        pkg.__path__, pkg.__spec__ = list(spec.submodule_search_locations), spec
+        sys.modules["mlx_lm"] = pkg
+        from mlx_lm.models import mamba as m
+        return m, f"mlx_lm's package __init__ skipped ({e})"
+
+
+mamba, MLX_LM_NOTE = _import_mamba()
 
 from ksearch.integrations.mlx_lm import load_scan, patch_mamba, reference_scan, unpatch_mamba  # noqa: E402
 
@@ -195,7 +219,7 @@ def main(argv=None) -> int:
         scan, input_dtypes, scan_arg = reference_scan, {}, reference_scan
         scan_label = "reference_scan (pure MLX ops, ksearch.integrations.mlx_scan; no custom kernel)"
     dev = device_info()
-    print(f"device: {dev}\nscan: {scan_label}\nmodel: mamba-370m-shaped, {args.layers} layers, {args.dtype}, "
+    print(f"device: {dev}\nscan: {scan_label}\nmodel: mamba-370m-shaped, {args.layers} layers, vocab {args.vocab}, {args.dtype}, "
           f"random weights; batch {args.batch}", flush=True)
     model = build_model(args.layers, dtype, args.seed, args.vocab)
     rows = []
@@ -221,8 +245,9 @@ def main(argv=None) -> int:
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": "python " + " ".join(shlex.quote(a) for a in [str(Path(sys.argv[0])), *argv]),
         "device": dev, "versions": versions(),
-        "model": {**MAMBA_370M, "num_hidden_layers": args.layers, "vocab_size": args.vocab, "dtype": args.dtype, "weights": "random",
-                  "seed": args.seed},
+        "model": {**MAMBA_370M, "num_hidden_layers": args.layers, "vocab_size": args.vocab, "dtype": args.dtype,
+                  "weights": "random", "seed": args.seed},
+        "notes": [n for n in (MLX_LM_NOTE,) if n],
         "scan": scan_label, "scan_input_dtypes": {k: str(v) for k, v in input_dtypes.items()},
         "settings": {k: getattr(args, k) for k in ("batch", "prefill_step", "decode", "reps", "budget_s", "rtol",
                                                     "stock_max_L")},
@@ -262,6 +287,7 @@ def markdown(rep) -> str:
         f"- model: mamba-370m-shaped, {m['num_hidden_layers']} layers, vocab {m['vocab_size']}, {m['dtype']}, "
         f"random weights (seed {m['seed']})",
         f"- scan: {rep['scan']}", f"- settings: {json.dumps(rep['settings'])}",
+        *(f"- note: {n}" for n in rep.get("notes", [])),
         "- prefill: a fresh cache, prompt fed in prefill_step chunks, cache evaluated after each (median of the "
         "timed runs, after one warm-up); decode: greedy one-token steps after the prompt, both variants through "
         "mlx-lm's own decode code", "",
