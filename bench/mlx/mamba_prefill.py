@@ -219,8 +219,8 @@ def main(argv=None) -> int:
         scan, input_dtypes, scan_arg = reference_scan, {}, reference_scan
         scan_label = "reference_scan (pure MLX ops, ksearch.integrations.mlx_scan; no custom kernel)"
     dev = device_info()
-    print(f"device: {dev}\nscan: {scan_label}\nmodel: mamba-370m-shaped, {args.layers} layers, vocab {args.vocab}, {args.dtype}, "
-          f"random weights; batch {args.batch}", flush=True)
+    print(f"device: {dev}\nscan: {scan_label}\nmodel: mamba-370m-shaped, {args.layers} layers, vocab {args.vocab}, "
+          f"{args.dtype}, random weights; batch {args.batch}", flush=True)
     model = build_model(args.layers, dtype, args.seed, args.vocab)
     rows = []
     for L in Ls:
