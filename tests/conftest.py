@@ -10,8 +10,16 @@ def _isolated_home(tmp_path_factory, monkeypatch):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip ``cuda``-marked tests, with the reason, where CuPy or a CUDA device is missing."""
-    marked = [item for item in items if "cuda" in item.keywords]
+    """Skip ``cuda``-marked tests, with the reason, where CuPy or a CUDA device is missing; ``mlx_cuda``-marked
+    ones where MLX's CUDA backend is."""
+    mlx_marked = [item for item in items if "mlx_cuda" in item.keywords]
+    if mlx_marked:
+        from ksearch.targets.mlx import mlx_status
+
+        why = mlx_status("mlx-cuda")
+        for item in mlx_marked if why else []:
+            item.add_marker(pytest.mark.skip(reason=f"mlx_cuda: {why}"))
+    marked = [item for item in items if "cuda" in item.keywords and "mlx_cuda" not in item.keywords]
     if not marked:
         return
     from ksearch.targets.cuda import cupy_status

@@ -13,13 +13,14 @@ app = typer.Typer(help="ksearch: world-model-guided search for fast kernels, jud
 
 
 def _register() -> None:
-    from ksearch.cli import eval_cmd, knowledge_cmd, run_cmd, tasks_cmd
+    from ksearch.cli import eval_cmd, export_cmd, knowledge_cmd, run_cmd, tasks_cmd
 
     app.command("run")(run_cmd.run_command)
     app.command("resume")(run_cmd.resume_command)
     app.add_typer(run_cmd.runs_app, name="runs")
     app.command("show")(run_cmd.show_command)
     app.command("eval")(eval_cmd.eval_command)
+    app.command("export")(export_cmd.export_command)
     app.add_typer(tasks_cmd.app, name="tasks")
     app.add_typer(knowledge_cmd.app, name="knowledge")
     from ksearch.cli_hardware import app as hardware_app

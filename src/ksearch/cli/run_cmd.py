@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 from rich.markup import escape
+from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ksearch.cli.options import llm_settings, positive_seconds, refuse
@@ -19,6 +20,7 @@ from ksearch.search.controller import RunConfig, StepReport
 from ksearch.search.session import Session
 from ksearch.search.strategy import StrategyConfig
 from ksearch.store.runs import list_runs, open_run
+from ksearch.targets import get_target, resolve_target
 
 err = wide_console(stderr=True)
 
@@ -182,11 +184,37 @@ def run_command(
                "--llm-timeout are for the llm proposer: give --model (or --proposer llm)")
     else:
         proposer = proposer or "patterns"
+    target = resolve_target(target)
+    if target == "mlx-metal" and proposer == "patterns":
+        why = get_target(target).available()
+        if why:
+            _metal_without_device(task, names, why)
     cfg = RunConfig(task=task, target=target, budget=budget, seed=seed, proposer=proposer, timeout_s=timeout,
                     workloads=names, llm=llm,
                     strategy=StrategyConfig(seed=seed, stagnation_window=stagnation))
     with Session.create(cfg) as session:
         _drive(session, as_json)
+
+
+def _metal_without_device(task: str, names: list[str] | None, why: str) -> None:
+    """``--target mlx-metal`` where MLX has no Metal device: generate and statically check what the search would
+    start from (`ksearch.search.static_pass`), print it, then stop (exit 2) saying the judge needs an Apple GPU."""
+    from ksearch.search.static_pass import check_candidates
+    from ksearch.tasks import load_task
+
+    t = load_task(task)
+    checked = check_candidates(t, "mlx-metal", names)
+    out = wide_console()
+    table = Table(title=f"{t.name} · mlx-metal · candidates checked without a Metal device", title_justify="left")
+    for col in ("candidate", "files", "compile step, static rules and limits, launches"):
+        table.add_column(col)
+    for c in checked:
+        table.add_row(c.label, ", ".join(sorted(c.candidate.sources)), "ok" if c.problem is None else c.problem)
+    out.print(table)
+    bad = sum(c.problem is not None for c in checked)
+    refuse(f"{len(checked)} Metal candidates generated, {len(checked) - bad} pass every check made before a device "
+           f"is needed ({bad} do not). Judging them needs an Apple GPU with MLX: {why}. No run was created; on a Mac "
+           f"run `ksearch run {task} --target mlx`.")
 
 
 def resume_command(

@@ -1,0 +1,110 @@
+"""`ksearch export`: an mlx candidate as an importable module (tested here without an MLX GPU: the module's
+constants, axis inference and shape checks, and the clear error where a GPU backend is needed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from ksearch.cli import app
+from ksearch.eval.records import Candidate
+from ksearch.export import ExportError, export_candidate, module_source
+from ksearch.tasks import load_task
+
+FP16 = load_task("selective-scan-fp16")
+
+
+def naive_candidate() -> Candidate:
+    return Candidate(target="mlx-cuda", sources={"kernel.cu": FP16.naive_sources["mlx-cuda"]},
+                     launch=FP16.naive_launch["mlx-cuda"])
+
+
+def load(path):
+    spec = importlib.util.spec_from_file_location("exported_scan", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_module_holds_the_kernel_and_the_task_contract(tmp_path):
+    pytest.importorskip("mlx.core")
+    path = export_candidate(naive_candidate(), FP16.definition, tmp_path / "scan.py", {"run": "r1"})
+    mod = load(path)
+    assert mod.TARGET == "mlx-cuda" and mod.BACKEND == "cuda"
+    assert mod.BODY == FP16.naive_sources["mlx-cuda"] and mod.LAUNCH == FP16.naive_launch["mlx-cuda"]
+    assert mod.INPUTS == ["u", "delta", "A", "B", "C", "D", "z", "delta_bias"]
+    assert mod.INPUT_DTYPES["u"] == "float16" and mod.INPUT_DTYPES["A"] == "float32"
+    assert mod.AXES == {"batch": ("u", 0), "dim": ("u", 1), "dstate": ("A", 1), "seqlen": ("u", 2)}
+    assert mod.selective_scan is mod.run and mod.PROVENANCE == {"run": "r1"}
+
+
+def test_exported_function_checks_shapes_then_needs_the_backend(tmp_path):
+    mx = pytest.importorskip("mlx.core")
+    mod = load(export_candidate(naive_candidate(), FP16.definition, tmp_path / "scan.py", {}))
+    b, d, n, L = 1, 8, 4, 16
+    args = [mx.zeros((b, d, L)), mx.zeros((b, d, L)), mx.zeros((d, n)), mx.zeros((b, n, L)), mx.zeros((b, n, L)),
+            mx.zeros((d,)), mx.zeros((b, d, L)), mx.zeros((d,))]
+    bad = list(args)
+    bad[3] = mx.zeros((b, n, L + 1))
+    with pytest.raises(ValueError, match="B: shape"):
+        mod.selective_scan(*bad)
+    with pytest.raises(TypeError, match="takes 8 arrays"):
+        mod.selective_scan(*args[:7])
+    if not mx.cuda.is_available():
+        with pytest.raises(RuntimeError, match="MLX's cuda backend is not available here"):
+            mod.selective_scan(*args)
+
+
+def test_only_mlx_candidates_export():
+    cuda = Candidate(target="cuda", sources={"kernel.cu": "x"}, launch={})
+    with pytest.raises(ExportError, match="not mlx-metal or mlx-cuda"):
+        module_source(cuda, FP16.definition, {})
+    broken = naive_candidate().model_copy(update={"launch": {"grid": [1]}})
+    with pytest.raises(ExportError, match="threadgroup"):
+        module_source(broken, FP16.definition, {})
+
+
+def test_cli_exports_a_candidate_file_and_explains_a_missing_best(tmp_path, monkeypatch):
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    cand = tmp_path / "candidate.json"
+    cand.write_text(naive_candidate().model_dump_json())
+    out = tmp_path / "m.py"
+    r = CliRunner().invoke(app, ["export", "--candidate", str(cand), "--task", "selective-scan-fp16", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "def selective_scan(*inputs)" in out.read_text()
+    compile(out.read_text(), str(out), "exec")
+    r = CliRunner().invoke(app, ["export", "--candidate", str(cand)])
+    assert r.exit_code != 0
+    (tmp_path / "x.json").write_text(json.dumps({"not": "a candidate"}))
+    r = CliRunner().invoke(app, ["export", "--candidate", str(tmp_path / "x.json"), "--task", "selective-scan-fp16"])
+    assert r.exit_code != 0
+
+
+def test_run_on_mlx_metal_without_a_metal_device_checks_candidates_then_stops(tmp_path, monkeypatch):
+    """`ksearch run --target mlx-metal` here: the candidates a search starts from are generated and pass the
+    compile step, the static rules and limits and every workload's launch; then exit 2 naming what is missing,
+    and no run is created."""
+    from ksearch.targets import mlx as mlxt
+
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(mlxt, "mlx_status", lambda t: "no Metal device in this test")
+    r = CliRunner().invoke(app, ["run", "selective-scan-fp16", "--target", "mlx-metal"])
+    assert r.exit_code == 2, r.output
+    assert "simd-chunks" in r.output and "naive (the task's)" in r.output
+    assert "pass every check made before a device is needed (0 do not)" in r.output
+    assert "no Metal device in this test" in r.output
+    assert not (tmp_path / "home" / "runs").exists() or not list((tmp_path / "home" / "runs").iterdir())
+
+
+def test_static_pass_reports_a_candidate_that_breaks_a_limit():
+    from ksearch.search.static_pass import _problem
+    from ksearch.eval import static_checks
+    from ksearch.targets import get_target
+
+    body = "threadgroup float tile[64][160];\ntile[0][0] = u[0];\nout[0] = tile[0][0];\n"
+    cand = Candidate(target="mlx-metal", sources={"kernel.metal": body}, launch={"grid": [1], "threadgroup": [32]})
+    why = _problem(get_target("mlx-metal"), cand, FP16, static_checks.rules_for("mlx-metal"), FP16.select(None))
+    assert why is not None and "40960" in why and "32768" in why
