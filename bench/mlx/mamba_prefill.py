@@ -5,8 +5,8 @@ A mamba-370m-shaped model (hidden 1024, 48 layers, d_inner 2048, d_state 16, con
 tied embeddings) is built from a config dict with random weights (nothing is downloaded), in float16 by
 default. Per prompt length L: prefill tokens/s (a fresh cache, the prompt fed in --prefill-step chunks with the
 cache evaluated after each, as mlx-lm's generate_step does), then one warm-up and --decode timed one-token
-steps (decode tokens/s;
-both variants decode through mlx-lm's own code, so the two should agree). Every forward's result is
+steps (decode tokens/s; both variants decode through mlx-lm's own code and are fed the same random tokens,
+teacher-forced, so that their logits compare step by step). Every forward's result is
 ``mx.eval``-ed and the stream synchronized before the clock stops (MLX is lazy); one warm-up run per variant
 and L first (it also compiles a kernel module's per-shape kernels). Where both run, the patched logits (last
 prefill chunk and every decode step) are compared with stock: max |diff|, the same relative to max |stock|,
@@ -119,16 +119,17 @@ def prefill(model, toks, step: int):
     return logits, cache
 
 
-def decode(model, cache, tok, steps: int):
-    """``steps`` greedy one-token forwards from tok [batch, 1]; returns (logits [steps, batch, vocab], next tok)."""
+def decode(model, cache, toks):
+    """One-token forwards feeding toks [batch, steps] one column at a time (the same tokens for stock and patched:
+    greedy picks would let one differing argmax send the two variants down different token sequences, whose
+    logits then differ for reasons that have nothing to do with the kernel). Returns logits [steps, batch, vocab]."""
     out = []
-    for _ in range(steps):
-        logits = model(tok, cache)[:, -1]
-        tok = mx.argmax(logits, axis=-1, keepdims=True)
-        mx.eval(logits, tok, [c.cache for c in cache])
+    for i in range(toks.shape[1]):
+        logits = model(toks[:, i:i + 1], cache)[:, -1]
+        mx.eval(logits, [c.cache for c in cache])
         out.append(logits)
     mx.synchronize()
-    return (mx.stack(out) if out else None), tok
+    return mx.stack(out) if out else None
 
 
 def timed(fn, reps: int, budget_s: float) -> tuple[list[float], object]:
@@ -150,9 +151,11 @@ def measure(model, toks, args) -> dict:
     times, (logits, cache) = timed(lambda: prefill(model, toks, args.prefill_step), args.reps, args.budget_s)
     dec_logits, dec_s = None, None
     if args.decode:
-        _, tok = decode(model, cache, mx.argmax(logits[:, -1:], axis=-1), 1)  # warm-up step
+        vocab = model.args.vocab_size
+        feed = mx.random.randint(0, vocab, (toks.shape[0], args.decode + 1), key=mx.random.key(args.seed + 1))
+        decode(model, cache, feed[:, :1])  # warm-up step
         t0 = time.perf_counter()
-        dec_logits, _ = decode(model, cache, tok, args.decode)
+        dec_logits = decode(model, cache, feed[:, 1:])
         dec_s = time.perf_counter() - t0
     med = statistics.median(times)
     r = {"prefill_s": times, "prefill_median_s": med, "prefill_tok_s": n_tok / med}
@@ -289,8 +292,8 @@ def markdown(rep) -> str:
         f"- scan: {rep['scan']}", f"- settings: {json.dumps(rep['settings'])}",
         *(f"- note: {n}" for n in rep.get("notes", [])),
         "- prefill: a fresh cache, prompt fed in prefill_step chunks, cache evaluated after each (median of the "
-        "timed runs, after one warm-up); decode: greedy one-token steps after the prompt, both variants through "
-        "mlx-lm's own decode code", "",
+        "timed runs, after one warm-up); decode: one-token steps after the prompt fed the same "
+        "random tokens in both variants (teacher-forced, so their logits compare), through mlx-lm's own decode code", "",
         "| batch | L | stock prefill tok/s | patched prefill tok/s | speedup | stock decode tok/s | "
         "patched decode tok/s | logits max abs diff (prefill / decode) | rel | top-1 agree | check |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |",

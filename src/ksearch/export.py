@@ -120,7 +120,8 @@ def __OP__(*inputs):
     axes = _axes(arrays)
     grid = [_value(x, axes) for x in LAUNCH["grid"]] + [1] * (3 - len(LAUNCH["grid"]))
     group = [_value(x, axes) for x in LAUNCH["threadgroup"]] + [1] * (3 - len(LAUNCH["threadgroup"]))
-    template = list(axes.items()) + [(k, _value(v, axes)) for k, v in LAUNCH.get("template", {}).items()]
+    template = (list(axes.items()) if LAUNCH.get("axes", "template") == "template" else []) + \
+        [(k, _value(v, axes)) for k, v in LAUNCH.get("template", {}).items()]
     outs = _kernel(_value(LAUNCH.get("shared_memory", 0), axes))(
         inputs=[arrays[n] for n in INPUTS], template=template, grid=tuple(grid), threadgroup=tuple(group),
         output_shapes=[tuple(axes[a] for a in OUTPUT_SHAPES[n]) for n in OUTPUTS],

@@ -202,7 +202,7 @@ def test_what_mlx_compiles_compiles_with_nvcc(tmp_path):
         firsts.setdefault(path["family"], k)
     cands = [naive("mlx-cuda", task)] + [Candidate(target="mlx-cuda", sources=k.sources, launch=k.launch)
                                          for k in firsts.values()]
-    prelude = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cooperative_groups.h>\n#include <cstdint>\n"
+    prelude = mlxt.NVCC_PRELUDE
     units = []
     for i, c in enumerate(cands):
         tu = mlxt.mlx_cuda_translation_unit(c, task.definition, AXES, prelude="")
@@ -219,3 +219,15 @@ def test_what_mlx_compiles_compiles_with_nvcc(tmp_path):
     r = subprocess.run(["nvcc", "-arch=sm_90", "-c", str(tmp_path / "bad.cu"), "-o", str(tmp_path / "bad.o")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "undefined_name" in r.stderr
+
+
+def test_shapes_mode_passes_no_axis_constants_and_mlx_adds_the_shapes_the_body_names():
+    task = FP16
+    k = load_pack(task.definition.name, "mlx-cuda").render(task.definition, {"family": "warp-chunks"})
+    plan = mlxt.parse_launch(k.launch, task.definition, "mlx-cuda")
+    assert plan.axes == "shapes" and mlxt.resolve_launch(plan, AXES).template == ()
+    tu = mlxt.mlx_cuda_translation_unit(Candidate(target="mlx-cuda", sources=k.sources, launch=k.launch),
+                                        task.definition, AXES)
+    assert "const __grid_constant__ Shape u_shape" in tu and "const __grid_constant__ Shape A_shape" in tu
+    assert "Shape B_shape" not in tu and "constexpr int batch" not in tu
+    assert "constexpr int batch = 2;" in mlxt.mlx_cuda_translation_unit(naive("mlx-cuda"), task.definition, AXES)

@@ -18,7 +18,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Union
+from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
@@ -68,6 +68,10 @@ class MlxLaunch(BaseModel):
     threadgroup: list[Expr] = Field(min_length=1, max_length=3)
     template: dict[str, Expr] = Field(default_factory=dict)
     shared_memory: Expr = 0
+    #: ``template``: the axes are int template constants (one compile per distinct shape); ``shapes``: they
+    #: are not passed, the body reads them from its inputs' shapes (``u_shape[2]``; MLX passes ``<input>_shape``
+    #: for every input the body names), so one compile serves every workload
+    axes: Literal["template", "shapes"] = "template"
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,8 @@ def resolve_launch(plan: MlxLaunch, axes: dict[str, int], max_threads: int = MAX
     for i, n in enumerate(grid):
         if n > 2**31 - 1:
             raise PlanError(f"grid.{i}: {n} threads for axes {axes}, over 2**31 - 1")
-    template = tuple(axes.items()) + tuple((k, _int(v, axes, f"template.{k}", 0)) for k, v in plan.template.items())
+    template = (tuple(axes.items()) if plan.axes == "template" else ()) + \
+        tuple((k, _int(v, axes, f"template.{k}", 0)) for k, v in plan.template.items())
     shared = _int(plan.shared_memory, axes, "shared_memory", 0)
     return ResolvedMlxLaunch(tuple(grid), tuple(group), template, shared)
 
@@ -263,9 +268,13 @@ _CUDA_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat
                "uint32": "uint32_t", "bool": "bool"}
 
 
+#: what stands in for MLX's device header when nvcc compiles an mlx-cuda translation unit outside MLX
+NVCC_PRELUDE = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cooperative_groups.h>\n#include <cstdint>\n"
+                "struct Shape { int32_t d[10]; __host__ __device__ int32_t operator[](int i) const { return d[i]; } };\n")
+
+
 def mlx_cuda_translation_unit(candidate: Candidate, definition: Definition, axes: dict[str, int],
-                              prelude: str = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
-                                             "#include <cooperative_groups.h>\n#include <cstdint>\n") -> str:
+                              prelude: str = NVCC_PRELUDE) -> str:
     """The CUDA translation unit MLX builds for an mlx-cuda candidate (as mlx 0.32's
     backend/cuda/custom_kernel.cpp does: header, then in ``namespace mlx::core::cu`` a ``__global__``
     function taking the inputs as ``const T*`` and the outputs as ``T*``, the template constants as
@@ -274,7 +283,11 @@ def mlx_cuda_translation_unit(candidate: Candidate, definition: Definition, axes
     the one that counts. Raises PlanError for a bad file set or launch."""
     header, body = split_sources(candidate, "mlx-cuda")
     launch = resolve_launch(parse_launch(candidate.launch, definition, "mlx-cuda"), axes)
-    params = [f"    const {_CUDA_TYPES[s.dtype]}* {n}" for n, s in definition.inputs.items()]
+    params = []
+    for n, spec in definition.inputs.items():
+        params.append(f"    const {_CUDA_TYPES[spec.dtype]}* {n}")
+        if spec.shape and f"{n}_shape" in body:  # as MLX: the shape of an input the body names
+            params.append(f"    const __grid_constant__ Shape {n}_shape")
     params += [f"    {_CUDA_TYPES[s.dtype]}* {n}" for n, s in definition.outputs.items()]
     consts = "".join(f"  constexpr int {k} = {v};\n" for k, v in launch.template)
     return (f"{prelude}{header}\nnamespace mlx::core::cu {{\n\nnamespace cg = cooperative_groups;\n\n"
