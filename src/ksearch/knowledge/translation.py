@@ -201,7 +201,7 @@ def unresolved_checks(tmap: TranslationMap) -> list[str]:
 
 #: the translation map's ``to`` for each target that runs kernels (the mlx target runs Metal source); the cuda
 #: target has none: it is the source of every map
-MAP_TARGETS = {"cpu": "cpu", "triton": "triton", "mlx": "metal", "metal": "metal"}
+MAP_TARGETS = {"cpu": "cpu", "triton": "triton", "mlx": "metal", "metal": "metal", "mlx-metal": "metal"}
 
 
 def map_for_target(target: str, source: str = "cuda") -> TranslationMap | None:
