@@ -152,8 +152,8 @@ def export_run(run: str, out: Path | None = None) -> Path:
     candidate = Candidate.model_validate_json(best.read_text())
     task = load_task(cfg.get("task") or info["task"])
     return export_candidate(candidate, task.definition, out or best.parent / f"{task.definition.op_type}_mlx.py",
-                            {"run": info["id"], "task": task.definition.name, "node": candidate.meta.get("node_id")
-                             if isinstance(candidate.meta, dict) else None, "candidate": candidate.id})
+                            {"run": info["id"], "task": task.definition.name,
+                             "node": getattr(candidate, "node_id", None), "candidate": candidate.id})
 
 
 def export_candidate(candidate: Candidate, definition: Definition, out: Path, provenance: dict) -> Path:

@@ -108,3 +108,28 @@ def test_static_pass_reports_a_candidate_that_breaks_a_limit():
     cand = Candidate(target="mlx-metal", sources={"kernel.metal": body}, launch={"grid": [1], "threadgroup": [32]})
     why = _problem(get_target("mlx-metal"), cand, FP16, static_checks.rules_for("mlx-metal"), FP16.select(None))
     assert why is not None and "40960" in why and "32768" in why
+
+
+def test_export_of_a_run_takes_its_best_kernel_and_explains_an_unfinished_run(tmp_path, monkeypatch):
+    from ksearch.export import export_run
+    from ksearch.search.controller import RunConfig
+    from ksearch.store.db import Store
+    from ksearch.store.runs import run_dir
+
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    cfg = RunConfig(task="selective-scan-fp16", target="mlx-cuda")
+    d = run_dir("selective-scan-fp16-test-run")
+    d.mkdir(parents=True)
+    store = Store(d / "run.sqlite", create=True)
+    store.create_run(d.name, "selective-scan-fp16", "mlx-cuda", cfg.model_dump(mode="json"), {}, None)
+    store.close()
+    with pytest.raises(ExportError, match="no best kernel yet.*ksearch resume selective-scan-fp16-test-run"):
+        export_run(d.name)
+    best = naive_candidate().model_copy(update={"node_id": "n7"})
+    (d / "best").mkdir()
+    (d / "best" / "candidate.json").write_text(best.model_dump_json())
+    path = export_run("selective-scan-fp16-test")  # a unique prefix
+    assert path == d / "best" / "selective_scan_mlx.py"
+    text = path.read_text()
+    assert "'run': 'selective-scan-fp16-test-run'" in text and "'node': 'n7'" in text
+    compile(text, str(path), "exec")
