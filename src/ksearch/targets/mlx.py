@@ -18,15 +18,17 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ksearch import config
-from ksearch.errors import TargetError, TaskError
+from ksearch.errors import TargetError
 from ksearch.eval.records import Candidate
 from ksearch.targets.base import CompileResult
-from ksearch.tasks.definition import Definition, _compile_expr, eval_expr
+# launch expressions and their errors as the cuda target has them: the same rules, the same messages
+from ksearch.targets.cuda_launch import Expr, PlanError, _int
+from ksearch.tasks.definition import Definition
 
 #: the line that separates a header (helper functions, includes) from the kernel body in one source file
 BODY_MARKER = "// ksearch: kernel body"
@@ -38,24 +40,6 @@ HEADER_FILE = {"mlx-metal": "header.metal", "mlx-cuda": "header.cuh"}
 MAX_THREADS = 1024
 #: MLX dtypes the runner can move between NumPy and MLX
 DTYPES = ("float32", "float16", "bfloat16", "int32", "int64", "int16", "int8", "uint8", "uint32", "bool")
-
-RawExpr = Union[int, str]
-
-
-class PlanError(ValueError):
-    """A launch that is malformed (a COMPILE_ERROR in the controller) or does not resolve for a workload."""
-
-
-def _check_expr(v: RawExpr) -> RawExpr:
-    if isinstance(v, bool):
-        raise ValueError(f"{v!r} is not an integer or an expression")
-    if isinstance(v, str):
-        _compile_expr(v)
-    return v
-
-
-Expr = Annotated[RawExpr, AfterValidator(_check_expr)]
-
 
 class MlxLaunch(BaseModel):
     """How MLX launches the body: ``grid`` (threads in total per axis, MLX's convention), ``threadgroup``
@@ -108,18 +92,6 @@ def parse_launch(launch: dict, definition: Definition, target: str) -> MlxLaunch
     if target == "mlx-metal" and plan.shared_memory not in (0, "0"):
         raise PlanError("launch: shared_memory is for mlx-cuda; Metal bodies declare threadgroup arrays")
     return plan
-
-
-def _int(expr: RawExpr, axes: dict[str, int], where: str, least: int) -> int:
-    try:
-        value = eval_expr(expr, axes) if isinstance(expr, str) else expr
-    except (TaskError, ArithmeticError, TypeError, ValueError) as e:
-        raise PlanError(f"{where}: {expr!r}: {e}") from None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or value < least:
-        raise PlanError(f"{where}: {expr!r} = {value!r} for axes {axes}; expected an integer >= {least}")
-    return value
 
 
 def resolve_launch(plan: MlxLaunch, axes: dict[str, int], max_threads: int = MAX_THREADS) -> ResolvedMlxLaunch:

@@ -230,7 +230,6 @@ class MlxRunner:
         warm_launch = self._launch(warm_axes)
         warm_up(self.clock, plan, lambda: self._invoke(warm_inputs, warm_out, warm_launch, poison=True),
                 lambda: None, least=1)
-        del warm_inputs
         sets, outputs, axes = self._bind(refs, rotation_copies(refs, self.clock.free_bytes()))
         launch = self._launch(axes)
         self._invoke(sets[0], outputs, launch, poison=True)  # compiles for these axes, outside the clock
