@@ -101,8 +101,14 @@ class Distribution(_Record):
 
     @model_validator(mode="after")
     def _range_in_order(self) -> "Distribution":
+        if not all(math.isfinite(v) for v in (self.mean, self.std, self.low, self.high)):
+            raise ValueError(f"{self.kind} distribution: mean, std, low and high must be finite")
         if self.kind != "normal" and self.low > self.high:
             raise ValueError(f"{self.kind} distribution: low {self.low} > high {self.high}")
+        if self.kind != "normal" and not math.isfinite(self.high - self.low):
+            raise ValueError(f"{self.kind} distribution: high - low overflows ({self.low}, {self.high})")
+        if self.kind == "integers" and int(self.low) >= int(self.high):
+            raise ValueError(f"integers distribution: no integer in [{int(self.low)}, {int(self.high)})")
         return self
 
     def describe(self) -> str:
