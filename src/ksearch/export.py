@@ -10,6 +10,7 @@ loads such a module to patch mlx-lm's Mamba.
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -83,7 +84,10 @@ _CALLS = {"min": min, "max": max, "abs": abs, "ceil": math.ceil, "floor": math.f
 def _value(expr, axes):
     if isinstance(expr, int):
         return expr
-    return int(eval(str(expr), {"__builtins__": {}}, {**_CALLS, **axes}))  # ksearch-written arithmetic
+    value = eval(str(expr), {"__builtins__": {}}, {**_CALLS, **axes})  # ksearch-checked arithmetic
+    if value != int(value):  # as the judge: a launch value is an integer, never truncated
+        raise ValueError(f"launch value {expr!r} = {value!r} is not an integer for axes {axes}")
+    return int(value)
 
 
 def _kernel(shared):
@@ -160,6 +164,13 @@ def export_candidate(candidate: Candidate, definition: Definition, out: Path, pr
     """Write ``candidate`` (an mlx-metal or mlx-cuda kernel) as a module at ``out``; returns the path."""
     text = module_source(candidate, definition, provenance)
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    partial = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(text)
+        partial.replace(out)  # whole or not at all
+    except OSError as e:
+        if partial.parent.is_dir():
+            partial.unlink(missing_ok=True)
+        raise ExportError(f"cannot write {out}: {e.strerror or e}") from None
     return out

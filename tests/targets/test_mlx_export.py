@@ -133,3 +133,33 @@ def test_export_of_a_run_takes_its_best_kernel_and_explains_an_unfinished_run(tm
     text = path.read_text()
     assert "'run': 'selective-scan-fp16-test-run'" in text and "'node': 'n7'" in text
     compile(text, str(path), "exec")
+
+
+@pytest.mark.parametrize("where", ["dir", "missing-parent-file"])
+def test_export_to_a_path_that_cannot_be_written_is_one_clear_error(tmp_path, where):
+    """--out naming a directory, or a file where a directory is needed, was an OSError traceback."""
+    blocker = tmp_path / "f"
+    blocker.write_text("x")
+    out = tmp_path if where == "dir" else blocker / "scan.py"
+    with pytest.raises(ExportError, match="cannot write"):
+        export_candidate(naive_candidate(), FP16.definition, out, {})
+    (tmp_path / "c.json").write_text(naive_candidate().model_dump_json())
+    res = CliRunner().invoke(app, ["export", "--candidate", str(tmp_path / "c.json"), "--task",
+                                   "selective-scan-fp16", "--out", str(out)])
+    # a KsearchError: `ksearch.cli.main` prints it as one line and exits 2
+    assert isinstance(res.exception, ExportError) and "cannot write" in str(res.exception)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json", "f"]  # nothing half-written
+
+
+def test_exported_launch_that_is_not_an_integer_for_the_shapes_raises(tmp_path):
+    """The judge refuses a launch value that is not an integer (grid "32*(dim//32) + dim/4" at dim 37); the exported
+    function truncated it (int(41.25)), launching too few threads for the caller's shapes, silently."""
+    mx = pytest.importorskip("mlx.core")
+    cand = Candidate(target="mlx-cuda", sources={"kernel.cu": FP16.naive_sources["mlx-cuda"]},
+                     launch={"grid": ["32*(dim//32) + dim/4", 1, 1], "threadgroup": [32, 1, 1]})
+    mod = load(export_candidate(cand, FP16.definition, tmp_path / "scan.py", {}))
+    b, d, n, L = 1, 37, 4, 16
+    args = [mx.zeros((b, d, L)), mx.zeros((b, d, L)), mx.zeros((d, n)), mx.zeros((b, n, L)), mx.zeros((b, n, L)),
+            mx.zeros((d,)), mx.zeros((b, d, L)), mx.zeros((d,))]
+    with pytest.raises(ValueError, match="not an integer"):
+        mod.selective_scan(*args)
