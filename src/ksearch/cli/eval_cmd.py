@@ -59,7 +59,7 @@ def eval_command(
     if not as_json:
         console.print("[dim]hardware: loading the cached spec (first use measures the ceilings, ~10 s)…[/]")
     hardware = spec_for_target(target)
-    plan = _launch_plan(kernel, launch) if target in ("cuda", "mlx-cuda", "mlx-metal") else {}
+    plan = _launch_plan(kernel, launch, target) if target in ("cuda", "mlx-cuda", "mlx-metal") else {}
     if namespaces not in ("auto", "no-user", "off"):
         raise TaskError(f"--namespaces must be auto, no-user or off, not {namespaces!r}")
     base = secrets.randbits(62) if seed is None else seed
@@ -96,7 +96,7 @@ def eval_command(
         raise typer.Exit(1)
 
 
-def _launch_plan(kernel: Path, launch: Path | None) -> dict:
+def _launch_plan(kernel: Path, launch: Path | None, target: str = "cuda") -> dict:
     """The launch plan for a GPU kernel file: ``launch``, else ``<kernel stem>.launch.yaml`` beside it, else {}
     (the target then reports the missing plan). Raises TaskError for an unreadable or malformed file."""
     import yaml
@@ -107,7 +107,8 @@ def _launch_plan(kernel: Path, launch: Path | None) -> dict:
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
-        raise TaskError(f"cannot read launch plan {path}: {e}") from None
+        raise TaskError(f"cannot read launch plan {path}: {' '.join(str(e).split())}") from None
     if not isinstance(data, dict):
-        raise TaskError(f"launch plan {path} must hold one mapping (launches, temporaries)")
+        keys = "grid, threadgroup" if target.startswith("mlx") else "launches, temporaries"
+        raise TaskError(f"launch plan {path} must hold one mapping ({keys})")
     return data
