@@ -77,21 +77,31 @@ def load_or_measure(refresh: bool = False, *, seconds_per_probe: float = 0.5) ->
 
 
 def spec_for_target(target: str) -> HardwareSpec:
-    """The spec a target's roofline comes from: the local GPU's for ``cuda`` and ``triton`` (measured with CuPy
-    probes), else the local CPU's (measured once, then cached). Raises HardwareError (or TargetError for a GPU
-    without CuPy) naming what is missing."""
-    if target in ("cuda", "triton", "mlx-cuda"):  # mlx-cuda: the same NVIDIA GPU, probed through CuPy
+    """The spec a target's roofline comes from: the local GPU's for ``cuda``, ``triton`` and ``mlx-cuda``
+    (measured with CuPy probes; mlx-cuda without CuPy: the hardware catalog's figures for the GPU MLX names),
+    the catalog's for ``mlx-metal`` (the Apple GPU MLX names), else the local CPU's (measured once, then cached).
+    Raises HardwareError (or TargetError for cuda/triton without CuPy) naming what is missing."""
+    if target in ("cuda", "triton"):
         from ksearch.hardware.gpu import load_or_measure_gpu
 
         return load_or_measure_gpu()
+    if target == "mlx-cuda":
+        from ksearch.targets.cuda import cupy_status
+
+        if cupy_status() is None:  # the same NVIDIA GPU, probed through CuPy: measured ceilings
+            from ksearch.hardware.gpu import load_or_measure_gpu
+
+            return load_or_measure_gpu()
+        return _mlx_catalog_spec("NVIDIA GPU")
     if target == "mlx-metal":
-        return _apple_spec()
+        return _mlx_catalog_spec("Apple GPU")
     return load_or_measure()
 
 
-def _apple_spec() -> HardwareSpec:
-    """The catalog's spec of the Apple GPU MLX reports (``mx.device_info()["device_name"]``, e.g. "Apple M2
-    Max"). Raises HardwareError when MLX is missing or the chip is not in the catalog (the message lists it)."""
+def _mlx_catalog_spec(what: str) -> HardwareSpec:
+    """The catalog's spec of the GPU MLX reports (``mx.device_info()["device_name"]``: "Apple M2 Max",
+    "NVIDIA H200"): datasheet figures, not measured ones. Raises HardwareError when MLX is missing or the GPU is
+    not in the catalog (the message lists close names)."""
     from ksearch.hardware import catalog
 
     try:
@@ -99,9 +109,9 @@ def _apple_spec() -> HardwareSpec:
 
         name = str(mx.device_info().get("device_name", ""))
     except Exception as e:
-        raise HardwareError(f"cannot ask MLX for the Apple GPU's name: {type(e).__name__}: {e}") from None
-    key = name.lower().replace("apple", "").strip()
-    if catalog.find(key) is None:
-        raise HardwareError(f"the Apple GPU {name!r} is not in the hardware catalog (`ksearch hardware list`); "
-                            f"close: {catalog.close_matches(key)}")
-    return catalog.to_spec(key)
+        raise HardwareError(f"cannot ask MLX for the {what}'s name: {type(e).__name__}: {e}") from None
+    entry = catalog.find(name) or catalog.find(name.lower().replace("apple", "").replace("nvidia", "").strip())
+    if entry is None:
+        raise HardwareError(f"the {what} {name!r} is not in the hardware catalog (`ksearch hardware list`); "
+                            f"close: {catalog.close_matches(name)}")
+    return catalog.to_spec(entry.name)
