@@ -1,0 +1,123 @@
+"""The attention cpu pack (prefill, causal and non-causal): every family x its decisions' default and every
+choice taken alone render, compile and pass the judge on small check workloads, including large-logits (logits
+of std 64, where a softmax without the running max overflows); the fp32-tile path with the polynomial exp and
+shared GQA tiles passes every check workload; a variant with the max subtraction removed fails large-logits."""
+
+import pytest
+
+from ksearch.eval.evaluator import EvalConfig, Evaluator
+from ksearch.eval.records import Candidate, Status
+from ksearch.knowledge import load_pack
+from ksearch.tasks import load_task
+
+from .paths import random_paths
+
+TASKS = ["attention-prefill", "attention-prefill-noncausal"]
+SMALL = ["tiny-L1", "mha-odd", "d80", "large-logits"]
+FAST = {"family": "online-tiles", "simd": "f32-tiles", "exp": "exp2-poly", "gqa": "group-shared"}
+
+
+@pytest.fixture(scope="module")
+def pack():
+    return load_pack("attention-prefill", "cpu")
+
+
+@pytest.fixture(scope="module")
+def evaluators():
+    cfg = EvalConfig(seeds=[7], timeout_s=30.0)
+    evs = {t: Evaluator(load_task(t), config=cfg) for t in TASKS}
+    yield evs
+    for ev in evs.values():
+        ev.close()
+
+
+def _candidate(kernel, source: str | None = None) -> Candidate:
+    return Candidate(target="cpu", sources={"kernel.c": source or kernel.sources["kernel.c"]},
+                     entry_point=kernel.entry_point, compile_flags=list(kernel.compile_flags))
+
+
+def _single_moves() -> list[tuple[dict, dict]]:
+    """Each family's default path, and each family with one other choice or knob value taken: every move the
+    patterns proposer makes from a family's root."""
+    p = load_pack("attention-prefill", "cpu")
+    out = []
+    for fam in p.families:
+        out.append(({"family": fam.id}, {}))
+        resolved = p.resolve({"family": fam.id}, {})
+        for dec in p.decisions_for(fam.id):
+            for ch in dec.choices:
+                if ch.id != resolved.choices[dec.id]:
+                    out.append(({"family": fam.id, dec.id: ch.id}, {}))
+            for kname, knob in dec.choice(resolved.choices[dec.id]).knobs.items():
+                out += [({"family": fam.id}, {kname: v}) for v in knob.values if v != knob.default]
+    return out
+
+
+def _id(path):
+    choices, knobs = path
+    return ",".join(str(v) for v in choices.values()) + ("|" + ",".join(f"{k}={v}" for k, v in knobs.items())
+                                                         if knobs else "")
+
+
+MOVES = _single_moves()
+
+
+def test_every_reachable_path_renders(pack):
+    """Sampled full paths (every decision and knob drawn) render for both tasks, deterministically."""
+    for task in TASKS:
+        d = load_task(task).definition
+        for choices, knobs in random_paths(pack, 40, seed=9) + MOVES:
+            k = pack.render(d, choices, knobs)
+            assert k.sources["kernel.c"] == pack.render(d, choices, knobs).sources["kernel.c"]
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("path", MOVES, ids=[_id(p) for p in MOVES])
+def test_single_moves_pass_small_workloads(pack, evaluators, task, path):
+    choices, knobs = path
+    ev = evaluators[task]
+    kernel = pack.render(ev.definition, choices, knobs)
+    res = ev.evaluate(_candidate(kernel), SMALL, timing=False, with_speedup=False)
+    assert res.status is Status.PASSED, f"{kernel.choices} {kernel.knobs}: {res.message}"
+
+
+COMBOS = [(FAST, {}), (FAST, {"block_q": 64, "block_k": 32, "poly_degree": 3}),
+          ({**FAST, "parallelism": "dynamic-heavy-first", "compile_flags": "fast-math"}, {"block_q": 8}),
+          ({"family": "naive-rows", "simd": "omp-simd", "exp": "exp2-poly", "compile_flags": "fast-math"}, {})]
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("path", COMBOS, ids=[_id(p) for p in COMBOS])
+def test_fast_combinations_pass_small_workloads(pack, evaluators, task, path):
+    choices, knobs = path
+    ev = evaluators[task]
+    kernel = pack.render(ev.definition, choices, knobs)
+    res = ev.evaluate(_candidate(kernel), SMALL + ["gqa-b3"], timing=False, with_speedup=False)
+    assert res.status is Status.PASSED, f"{kernel.choices} {kernel.knobs}: {res.message}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("path", random_paths(load_pack("attention-prefill", "cpu"), 8, seed=2026), ids=_id)
+def test_random_full_paths_pass_every_check_workload(pack, evaluators, task, path):
+    choices, knobs = path
+    ev = evaluators[task]
+    kernel = pack.render(ev.definition, choices, knobs)
+    checks = [w.name for w in ev.task.workloads if w.purpose == "check"]
+    res = ev.evaluate(_candidate(kernel), checks, timing=False, with_speedup=False)
+    assert res.status is Status.PASSED, f"{kernel.choices} {kernel.knobs}: {res.message}"
+
+
+@pytest.mark.parametrize("choices", [{"family": "online-tiles"}, FAST], ids=["online-tiles", "fast"])
+def test_without_the_running_max_large_logits_fails(pack, evaluators, choices):
+    """exp(s) against a running max fixed at 0 overflows once logits pass ~88 (log2 units: ~128): only the
+    large-logits workload (q, k ~ normal(0, 8)) catches it."""
+    ev = evaluators["attention-prefill"]
+    kernel = pack.render(ev.definition, choices, {})
+    src = kernel.sources["kernel.c"]
+    broken = src.replace("const float mnew = MAX(mo, tmax);", "const float mnew = 0.0f;")
+    assert broken != src
+    res = ev.evaluate(_candidate(kernel, broken), ["mha-odd", "d80", "large-logits"], timing=False,
+                      with_speedup=False)
+    assert [r.status for r in res.workloads] == [Status.PASSED, Status.PASSED, Status.INCORRECT_NUMERICAL], \
+        [r.message for r in res.workloads]
