@@ -152,17 +152,14 @@ def sdpa_impl(name: str, dtype: str) -> Impl:
 
         note = "enable_gqa=True" if group > 1 else "MHA"
         try:
-            call(k, v, group > 1)
+            _why_refused(lambda: call(k, v, group > 1))
             kk, vv, gqa = k, v, group > 1
-        except RuntimeError as e:
+        except Unavailable as e:
             if group == 1:
-                raise Unavailable(_first_line(e)) from None
+                raise
             kk, vv, gqa = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), False
-            try:
-                call(kk, vv, False)
-            except RuntimeError as e2:
-                raise Unavailable(_first_line(e2)) from None
-            note = f"GQA by K/V repeat_interleave outside the clock (enable_gqa refused: {_first_line(e)[:120]})"
+            _why_refused(lambda: call(kk, vv, False))
+            note = f"GQA by K/V repeat_interleave outside the clock (enable_gqa refused: {str(e)[:160]})"
         to_np = (lambda o: _np(o[:, :, 0])) if dec else _np
         return Prepared(lambda: call(kk, vv, gqa), to_np, note)
 
@@ -178,7 +175,9 @@ def flex_impl(dtype: str, cache: dict) -> Impl:
         except ImportError as e:
             raise Unavailable(f"flex_attention not importable: {e}") from None
         if "fn" not in cache:
-            torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)
+            for knob in ("cache_size_limit", "recompile_limit"):   # one compile per shape: keep them all
+                if hasattr(torch._dynamo.config, knob):
+                    setattr(torch._dynamo.config, knob, max(64, getattr(torch._dynamo.config, knob)))
             cache["fn"] = torch.compile(flex_attention, dynamic=False)
         dec, causal = is_decode(task), bool(axes.get("causal", 0))
         q4 = q.unsqueeze(2) if dec else q
@@ -330,6 +329,19 @@ def triton_kernel_impl(label: str, task_name: str, source: str, entry: str, work
     return Impl(label, "ksearch", "fp16", prepare, meta={"task": task_name, "target": "triton"})
 
 
+def _why_refused(fn) -> None:
+    """Run fn once; a RuntimeError becomes Unavailable with torch's reasons (SDPA gives them as warnings)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fn()
+        except RuntimeError as e:
+            reasons = "; ".join(_first_line(w.message) for w in caught)[:400]
+            raise Unavailable(_first_line(e) + (f" ({reasons})" if reasons else "")) from None
+
+
 def _first_line(e) -> str:
     s = str(e).strip()
     return s.splitlines()[0] if s else type(e).__name__
@@ -455,7 +467,8 @@ def load_tasks(names: list[str], workload_names: list[str] | None, tiny: bool) -
                      and (not workload_names or w.name in workload_names)]
             checks = [w for w in task.workloads if w.purpose == "check"]
         seen |= {w.name for w in bench}
-        out[name] = (task, bench, checks)
+        if bench:   # --workloads naming only other tasks' workloads leaves this task out (checks too)
+            out[name] = (task, bench, checks)
     missing = set(workload_names or []) - seen
     if missing:
         raise ValueError(f"--workloads: {sorted(missing)} are not bench workloads of {names}")
@@ -773,7 +786,7 @@ def main(argv=None) -> int:
         from selective_scan_h200 import Timer
         timers = {"cuda": Timer(), "wall": WallTimer(cuda=True)}
     else:
-        torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+        torch.set_num_threads(1)   # a smoke test: stable on a shared machine, not fast
         timers = {"cuda": WallTimer(cuda=False), "wall": WallTimer(cuda=False)}
     ceil = measure_ceilings(args.device, timers)
     say(f"copy bandwidth {ceil['copy_bytes_per_s'] / 1e9:,.0f} GB/s; peaks {ceil['peak_flops']}")
