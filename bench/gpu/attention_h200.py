@@ -22,15 +22,29 @@ Implementations (--baselines picks among the first group):
 The tasks are float16; --dtype bf16 (or fp16,bf16) runs the *baselines* in bfloat16 too (the issue's headline is
 bf16 cuDNN); ksearch kernels stay float16, and the report says so.
 
-Next GPU session (H200, image python3 3.12 / torch 2.11+cu130 / triton 3.6 / cupy; see
-shared/reference/device-recipes.md). Plain run, no MLX:
+Next GPU session (H200; the image has python3 3.12, torch 2.11+cu130, triton 3.6, cupy: nothing to carry for
+the plain run; see shared/reference/device-recipes.md). A candidate travels with the working tree only if it is
+inside it: copy each run's best/candidate.json to bench/results/ first (as the selective-scan results were). Each
+call must end within the device tool's 600 s, and FlexAttention compiles once per shape and dtype (~5-20 s), so
+split the work; --deadline-s (default 540) stops timing in time and the JSON + Markdown are rewritten after every
+task, so a cut-off call still returns its results under $OUT/bench:
 
-    python3 bench/gpu/attention_h200.py --dtype fp16,bf16 --out $OUT/bench \\
-        --candidate attention-prefill:RUN/best/candidate.json --candidate attention-decode:RUN2/best/candidate.json
+    # 1. the issue's headline shapes (L 4k, head_dim 128), causal + non-causal, baselines fp16 and bf16
+    python3 bench/gpu/attention_h200.py --out $OUT/bench --dtype fp16,bf16 \
+        --tasks attention-prefill,attention-prefill-noncausal --workloads llama3-8b-L4k,qwen3-0.6b-L4k \
+        --candidate attention-prefill:bench/results/PREFILL-best-candidate.json \
+        --candidate attention-prefill-noncausal:bench/results/NONCAUSAL-best-candidate.json
+    # 2. decode, every bench workload (memory-bound: fp16 only)
+    python3 bench/gpu/attention_h200.py --out $OUT/bench --tasks attention-decode \
+        --candidate attention-decode:bench/results/DECODE-best-candidate.json
+    # 3. the other prefill shapes (1k, 16k, head_dim 64), fp16
+    python3 bench/gpu/attention_h200.py --out $OUT/bench --tasks attention-prefill,attention-prefill-noncausal \
+        --workloads llama3-8b-L1k,llama3-8b-L16k,qwen3-0.6b-L1k,qwen3-0.6b-L16k,llama3.2-1b-L4k --candidate ...
 
-With MLX: two back-to-back calls carrying the split mlx-cuda-13 0.32.4 wheel into $S/site (device-recipes.md,
-"MLX with its CUDA backend"), then the same command with PYTHONPATH=$S/site prepended. A candidate's task is
-taken from TASK: before its path, else from its run folder's name (<task>-YYYYMMDD-HHMMSS-xxxx).
+`--dry-run` on the device first (seconds) shows what will run. With MLX: two back-to-back calls carrying the
+split mlx-cuda-13 0.32.4 wheel into $S/site (device-recipes.md, "MLX with its CUDA backend"), then the same
+commands with PYTHONPATH=$S/site in front. A candidate's task is TASK: before its path, else its run folder's
+name (<task>-YYYYMMDD-HHMMSS-xxxx, from `ksearch run`).
 
 Off the GPU: `--dry-run` prints the plan (shapes, costs, which implementations would run and which are unavailable
 and why) and exits 0; `--device cpu --tiny` runs SDPA MATH and the NumPy reference end to end on tiny shapes
@@ -591,7 +605,7 @@ def check_impls(name, task, checks, impls, device, say) -> dict:
     return status
 
 
-def run_task(name, task, bench, impls, status, args, ceil, timers, say) -> dict:
+def run_task(name, task, bench, impls, status, args, ceil, timers, say, deadline: float) -> dict:
     import torch
     from ksearch.tasks.inputs import make_inputs
 
@@ -606,6 +620,9 @@ def run_task(name, task, bench, impls, status, args, ceil, timers, say) -> dict:
         rows, errors = {}, {}
         for impl in impls:
             if status[impl.label]["status"] != "passed":
+                continue
+            if time.time() > deadline:
+                errors[impl.label] = "skipped: --deadline-s reached"
                 continue
             if (impl.label.startswith("sdpa-math") and not is_decode(name) and axes["seqlen"] > args.math_max_seqlen
                     and args.device == "cuda"):
@@ -748,6 +765,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="results folder (default $OUT, else bench/results; --tiny: a temporary folder)")
     ap.add_argument("--reps", type=int, default=30, help="most timed repeats per implementation and shape")
     ap.add_argument("--budget-s", type=float, default=1.0, help="seconds of timing per implementation and shape")
+    ap.add_argument("--deadline-s", type=float, default=540.0,
+                    help="stop timing after this many seconds (the rest is reported as skipped; the device tool's "
+                         "limit is 600 s a call); results are written after every task")
     ap.add_argument("--math-max-seqlen", type=int, default=4096, help="skip SDPA MATH prefill above this (memory)")
     args = ap.parse_args(argv)
     args.dtypes = [x.strip() for x in args.dtype.split(",") if x.strip()]
@@ -788,6 +808,10 @@ def main(argv=None) -> int:
     else:
         torch.set_num_threads(1)   # a smoke test: stable on a shared machine, not fast
         timers = {"cuda": WallTimer(cuda=False), "wall": WallTimer(cuda=False)}
+    out_dir = Path(args.out) if args.out else (Path(tempfile.mkdtemp(prefix="attn_bench_out_")) if args.tiny
+                                               else Path(os.environ.get("OUT") or ROOT / "bench" / "results"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"attention_{'h200' if args.device == 'cuda' else 'cpu'}_{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
     ceil = measure_ceilings(args.device, timers)
     say(f"copy bandwidth {ceil['copy_bytes_per_s'] / 1e9:,.0f} GB/s; peaks {ceil['peak_flops']}")
     notes = []
@@ -805,23 +829,24 @@ def main(argv=None) -> int:
             else:
                 runnable.append(impl)
         status.setdefault(name, {}).update(check_impls(name, task, checks, runnable, args.device, say))
-        results[name] = run_task(name, task, bench, runnable, status[name], args, ceil, timers, say)
+        results[name] = run_task(name, task, bench, runnable, status[name], args, ceil, timers, say,
+                                 t_begin + args.deadline_s)
+        report = write_report(status, results, ceil, notes, args, t_begin, out_dir, stem, say)
+    print(report["markdown"])
+    return 0
 
+
+def write_report(status, results, ceil, notes, args, t_begin, out_dir: Path, stem: str, say) -> dict:
+    """The JSON + Markdown of what has run so far (rewritten after every task: a cut-off run keeps its results)."""
     report = {"gpu": ceil["gpu"], "device": args.device, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "command": [Path(sys.executable).name, *sys.argv], "versions": versions(), "dtypes": args.dtypes,
               "ceilings": ceil, "notes": notes, "status": status, "results": results,
               "verdicts": verdicts(results, ceil), "wall_s": time.time() - t_begin}
     report["markdown"] = render(report)
-    out_dir = Path(args.out) if args.out else (Path(tempfile.mkdtemp(prefix="attn_bench_out_")) if args.tiny
-                                               else Path(os.environ.get("OUT") or ROOT / "bench" / "results"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    stem = f"attention_{'h200' if args.device == 'cuda' else 'cpu'}_{stamp}"
     (out_dir / f"{stem}.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     (out_dir / f"{stem}.md").write_text(report["markdown"])
-    print(report["markdown"])
     say(f"wrote {out_dir / stem}.json and .md")
-    return 0
+    return report
 
 
 if __name__ == "__main__":
