@@ -151,7 +151,6 @@ def _np(t):
 
 def sdpa_impl(name: str, dtype: str) -> Impl:
     def prepare(task, definition, axes, q, k, v):
-        import torch
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
