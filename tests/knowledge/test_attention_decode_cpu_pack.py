@@ -3,6 +3,8 @@ compile and pass the judge on small check workloads, including large-logits (log
 the running max overflows) and kv_len 513 (three chunks of split-kv's default 256 keys, so the combine is
 exercised); split-kv with the log-sum-exp rescale of its combine removed fails."""
 
+import pathlib
+
 import pytest
 
 from ksearch.eval.evaluator import EvalConfig, Evaluator
@@ -58,6 +60,8 @@ def _id(path):
 
 
 MOVES = _single_moves()
+_CPUINFO = pathlib.Path("/proc/cpuinfo")
+HAS_F16C = _CPUINFO.exists() and " f16c" in _CPUINFO.read_text()
 
 
 def test_pack_shares_the_prefill_prelude(pack):
@@ -85,12 +89,14 @@ def test_every_reachable_path_renders(pack):
 @pytest.mark.parametrize("path", MOVES, ids=[_id(p) for p in MOVES])
 def test_single_moves_pass_small_workloads(pack, evaluator, path):
     choices, knobs = path
+    if choices.get("loads") == "f16c" and not HAS_F16C:
+        pytest.skip("this CPU has no F16C")
     kernel = pack.render(evaluator.definition, choices, knobs)
     res = evaluator.evaluate(_candidate(kernel), SMALL, timing=False, with_speedup=False)
     assert res.status is Status.PASSED, f"{kernel.choices} {kernel.knobs}: {res.message}"
 
 
-COMBOS = [(FAST, {}), ({**FAST, "compile_flags": "fast-math", "parallelism": "dynamic"},
+COMBOS = [(FAST, {}), ({**FAST, "loads": "f16c"}, {"block_k": 128}), ({**FAST, "compile_flags": "fast-math", "parallelism": "dynamic"},
                        {"items_per_thread": 8, "block_k": 16, "poly_degree": 3}),
           ({"family": "split-kv", "exp": "exp2-poly"}, {"kv_chunk": 128, "block_k": 256}),
           ({"family": "group-rows", "exp": "exp2-poly", "compile_flags": "fast-math"}, {"block_k": 256})]
@@ -99,6 +105,8 @@ COMBOS = [(FAST, {}), ({**FAST, "compile_flags": "fast-math", "parallelism": "dy
 @pytest.mark.parametrize("path", COMBOS, ids=[_id(p) for p in COMBOS])
 def test_fast_combinations_pass_small_workloads(pack, evaluator, path):
     choices, knobs = path
+    if choices.get("loads") == "f16c" and not HAS_F16C:
+        pytest.skip("this CPU has no F16C")
     kernel = pack.render(evaluator.definition, choices, knobs)
     res = evaluator.evaluate(_candidate(kernel), SMALL + ["mqa-d128"], timing=False, with_speedup=False)
     assert res.status is Status.PASSED, f"{kernel.choices} {kernel.knobs}: {res.message}"
@@ -108,6 +116,8 @@ def test_fast_combinations_pass_small_workloads(pack, evaluator, path):
 @pytest.mark.parametrize("path", random_paths(load_pack(TASK, "cpu"), 8, seed=2026), ids=_id)
 def test_random_full_paths_pass_every_check_workload(pack, evaluator, path):
     choices, knobs = path
+    if choices.get("loads") == "f16c" and not HAS_F16C:
+        pytest.skip("this CPU has no F16C")
     kernel = pack.render(evaluator.definition, choices, knobs)
     checks = [w.name for w in evaluator.task.workloads if w.purpose == "check"]
     res = evaluator.evaluate(_candidate(kernel), checks, timing=False, with_speedup=False)
