@@ -1,0 +1,235 @@
+"""The attention triton pack (prefill, causal and non-causal). Without a GPU: every family's default path and every
+single move from a family's root renders, passes the triton static rules and the target's controller-side compile;
+under Triton's interpreter (TRITON_INTERPRET=1, CPU torch tensors) each of them matches the task's float64
+reference within its tolerance on small shapes (odd seqlen, GQA, MQA, head_dim 80, seqlen 1, head_dim 16), fast
+combinations also on head_dim 256 and large logits, and a flash variant without the running-max rescale fails.
+The interpreter checks the math (indices, masks, the online softmax), not what a GPU compile would do (layouts,
+shared memory, registers, pipelining). Skipped without torch or triton."""
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from ksearch.eval import static_checks
+from ksearch.eval.records import Candidate
+from ksearch.knowledge import load_pack
+from ksearch.targets import get_target
+from ksearch.tasks import load_task
+
+from .paths import random_paths
+
+TASKS = ["attention-prefill", "attention-prefill-noncausal"]
+
+#: (name, batch, q_heads, kv_heads, seqlen, head_dim, input std): small check-like shapes
+SMALL = [("gqa-odd-d80", 1, 4, 2, 77, 80, 1.0), ("mha-b2", 2, 2, 2, 33, 64, 1.0), ("mqa-L1-d16", 1, 3, 1, 1, 16, 1.0)]
+#: as SMALL, plus the shapes that need more of the interpreter's time
+LARGER = SMALL + [("d256", 1, 2, 1, 40, 256, 1.0), ("large-logits", 1, 4, 2, 130, 128, 8.0)]
+
+FAST = {"family": "flash", "exp": "exp2", "masking": "split-diagonal", "schedule": "heavy-first"}
+COMBOS = [(FAST, {}), ({**FAST, "k_access": "strided"}, {"block_m": 64, "block_n": 128, "num_stages": 3}),
+          (FAST, {"block_m": 64, "block_n": 32, "num_warps": 4}),
+          ({"family": "naive-blocks", "exp": "exp2"}, {"block_m": 64, "block_n": 32})]
+
+
+@pytest.fixture(scope="module")
+def pack():
+    return load_pack("attention-prefill", "triton")
+
+
+def _single_moves() -> list[tuple[dict, dict]]:
+    """Each family's default path, and each family with one other choice or knob value taken: every move the
+    patterns proposer makes from a family's root."""
+    p = load_pack("attention-prefill", "triton")
+    out = []
+    for fam in p.families:
+        out.append(({"family": fam.id}, {}))
+        resolved = p.resolve({"family": fam.id}, {})
+        for dec in p.decisions_for(fam.id):
+            for ch in dec.choices:
+                if ch.id != resolved.choices[dec.id]:
+                    out.append(({"family": fam.id, dec.id: ch.id}, {}))
+            for kname, knob in dec.choice(resolved.choices[dec.id]).knobs.items():
+                out += [({"family": fam.id}, {kname: v}) for v in knob.values if v != knob.default]
+    return out
+
+
+def _id(path):
+    choices, knobs = path
+    return ",".join(str(v) for v in choices.values()) + ("|" + ",".join(f"{k}={v}" for k, v in knobs.items())
+                                                         if knobs else "")
+
+
+MOVES = _single_moves()
+
+
+def _candidate(source: str) -> Candidate:
+    return Candidate(target="triton", sources={"kernel.py": source}, entry_point="run")
+
+
+def test_moves_cover_both_families_and_every_decision(pack):
+    fams = {c["family"] for c, _ in MOVES}
+    decisions = {d for c, _ in MOVES for d in c if d != "family"}
+    assert fams == {"naive-blocks", "flash"}
+    assert decisions == {"exp", "k_access", "masking", "schedule"}  # tiles and launch move by their knobs
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_every_move_and_sampled_path_renders_and_passes_static_rules(pack, task):
+    d = load_task(task).definition
+    rules = static_checks.rules_for("triton")
+    for choices, knobs in MOVES + COMBOS + random_paths(pack, 30, seed=11):
+        k = pack.render(d, choices, knobs)
+        src = k.sources["kernel.py"]
+        assert src == pack.render(d, choices, knobs).sources["kernel.py"]
+        assert f"CAUSAL = {task == 'attention-prefill'}" in src
+        assert k.launch == {} and k.compile_flags == []
+        findings = static_checks.check(_candidate(src), rules)
+        assert findings == [], f"{k.choices} {k.knobs}: " + "; ".join(map(str, findings))
+        assert get_target("triton").compile(_candidate(src), d).ok, (k.choices, k.knobs)
+
+
+def test_description_says_nothing_ran_on_a_gpu(pack):
+    assert "NOTHING HERE HAS RUN ON A GPU YET" in pack.description
+
+
+# -- under Triton's interpreter ---------------------------------------------------------------------------------
+
+
+#: The interpreter's worker: TRITON_INTERPRET must be set before triton is first imported (triton.language's own
+#: @triton.jit helpers, tl.max among them, are built at import), so the modules run in a subprocess that reads one
+#: JSON request a line ({"source", "task", "shapes"}) and answers {"excess": {shape name: value}} or {"error"}:
+#: the excess is max(|o - ref| - (atol + rtol |ref|)) of run() against the task's float64 reference on fresh
+#: normal fp16 inputs, null where o has a NaN or an unwritten element.
+WORKER = r"""
+import importlib.util, json, sys, tempfile, traceback
+import numpy as np, torch
+from ksearch.tasks import load_task
+
+def excess(mod, task, shape):
+    _, batch, hq, hkv, seqlen, dim, std = shape
+    rng = np.random.default_rng(seqlen * 1000 + dim)
+    q, k, v = (rng.normal(0, s, size=(batch, h, seqlen, dim)).astype(np.float16)
+               for s, h in ((std, hq), (std, hkv), (1.0, hkv)))
+    o = torch.full((batch, hq, seqlen, dim), float("nan"), dtype=torch.float16)
+    mod.run(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v), o)
+    ns = {}
+    exec(task.definition.reference, ns)
+    ref = ns["run"](q, k, v)
+    got = o.double().numpy()
+    if not np.isfinite(got).all():
+        return None
+    tol = task.definition.tolerance["float16"]
+    return float(np.max(np.abs(got - ref) - (tol.atol + tol.rtol * np.abs(ref))))
+
+tmp = tempfile.mkdtemp()
+for n, line in enumerate(sys.stdin):
+    req = json.loads(line)
+    try:
+        path = f"{tmp}/kernel_{n}.py"
+        with open(path, "w") as f:
+            f.write(req["source"])
+        spec = importlib.util.spec_from_file_location(f"kernel_{n}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        task = load_task(req["task"])
+        out = {"excess": {s[0]: excess(mod, task, s) for s in req["shapes"]}}
+    except Exception:
+        out = {"error": traceback.format_exc()[-3000:]}
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+"""
+
+
+@pytest.fixture(scope="module")
+def interpreter():
+    """check(source, task, shapes) -> {shape name: excess or None}, run by Triton's interpreter on CPU tensors in
+    one worker process for the module. Skips without torch or triton, or where the interpreter cannot run."""
+    pytest.importorskip("torch", reason="torch not installed")
+    pytest.importorskip("triton", reason="triton not installed")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+    def send(source: str, task: str, shapes) -> dict:
+        proc.stdin.write(json.dumps({"source": source, "task": task, "shapes": shapes}) + "\n")
+        proc.stdin.flush()
+        line = proc.stdout.readline()
+        if not line:
+            pytest.fail(f"the interpreter's worker died: {proc.stderr.read()[-3000:]}")
+        return json.loads(line)
+
+    probe = send(load_task("attention-prefill").naive_sources["triton"], "attention-prefill", SMALL[2:])
+    if "error" in probe:  # the task's own naive kernel: a failure here is the interpreter's, not the pack's
+        proc.stdin.close()
+        pytest.skip(f"Triton's interpreter does not run the naive kernel here: {probe['error'][-300:]}")
+
+    def check(source: str, task: str, shapes) -> dict:
+        out = send(source, task, shapes)
+        assert "error" not in out, out["error"]
+        return out["excess"]
+    yield check
+    proc.stdin.close()
+    proc.wait(timeout=30)
+
+
+def _failures(excess: dict) -> dict:
+    return {name: e for name, e in excess.items() if e is None or e > 0}
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("path", MOVES, ids=[_id(p) for p in MOVES])
+def test_single_moves_match_reference_in_interpreter(pack, interpreter, task, path):
+    choices, knobs = path
+    kernel = pack.render(load_task(task).definition, choices, knobs)
+    excess = interpreter(kernel.sources["kernel.py"], task, SMALL)
+    assert not _failures(excess), (kernel.choices, kernel.knobs, excess)
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("path", COMBOS, ids=[_id(p) for p in COMBOS])
+def test_fast_combinations_match_reference_in_interpreter(pack, interpreter, task, path):
+    """Every fast choice together, BLOCK_N above and below BLOCK_M, head_dim 256 (run() shrinks the tiles), logits
+    of std 64 (q, k ~ normal(0, 8))."""
+    choices, knobs = path
+    kernel = pack.render(load_task(task).definition, choices, knobs)
+    excess = interpreter(kernel.sources["kernel.py"], task, LARGER)
+    assert not _failures(excess), (kernel.choices, kernel.knobs, excess)
+
+
+def _module(source: str, tmp_path):
+    """The rendered module imported as it is (its kernels built for a GPU, never launched)."""
+    pytest.importorskip("triton", reason="triton not installed")
+    path = tmp_path / f"kernel_{len(list(tmp_path.iterdir()))}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_tiles_shrink_only_for_large_head_dim(pack, tmp_path):
+    d = load_task("attention-prefill").definition
+    dflt = _module(pack.render(d, {"family": "flash"}, {}).sources["kernel.py"], tmp_path)
+    assert [dflt._tiles(b) for b in (16, 64, 128, 256)] == [(128, 64)] * 4  # 8 warps, 2 stages: 192 KB at 256
+    deep = _module(pack.render(d, {"family": "flash"}, {"num_stages": 3, "num_warps": 4, "block_n": 128})
+                   .sources["kernel.py"], tmp_path)
+    assert deep._tiles(64) == (128, 128) and deep._tiles(128) == (128, 64) and deep._tiles(256) == (64, 32)
+
+
+@pytest.mark.parametrize("choices, knobs", [({"family": "flash"}, {}),
+                                            (FAST, {"block_m": 64, "block_n": 32})], ids=["flash", "fast"])
+def test_without_the_running_max_rescale_fails(pack, interpreter, choices, knobs):
+    """acc and l_i not rescaled when the running max grows: tiles weighted against different maxima. Passes on a
+    single key tile (seqlen 1), fails as soon as a row sees two tiles."""
+    task = "attention-prefill-noncausal"
+    src = pack.render(load_task(task).definition, choices, knobs).sources["kernel.py"]
+    broken, n = re.subn(r"alpha = tl\.exp2?\(m_i - m_new\)", "alpha = m_new * 0.0 + 1.0", src)
+    assert n == 1
+    excess = interpreter(broken, task, [SMALL[2], SMALL[0]])
+    assert not _failures({SMALL[2][0]: excess[SMALL[2][0]]}), excess
+    assert _failures(excess) == {SMALL[0][0]: excess[SMALL[0][0]]}, excess
