@@ -55,11 +55,19 @@ def test_run_json_summary_and_show(env, tmp_path):
     for w in s["workloads"]:
         assert {"name", "naive_ms", "best_ms", "reference_ms", "speedup_vs_naive", "speedup_vs_reference",
                 "pct_of_floor"} <= set(w)
-    assert open(s["best_source"]).read().startswith("/*") or "void run" in open(s["best_source"]).read()
+    # on tiny workloads timing noise on a loaded 2-core machine can leave no candidate above the naive kernel:
+    # then there is no best kernel, and the summary must say so consistently
+    if s["best_source"] is None:
+        assert s["best_candidate_id"] is None
+    else:
+        text = open(s["best_source"]).read()
+        assert text.startswith("/*") or "void run" in text
     listing = json.loads(ksearch("runs", "list", "--json", env=env).stdout)
     assert listing[0]["id"] == s["run_id"] and listing[0]["evaluations"] == 5
     shown = ksearch("show", s["run_id"][:-2], env=env)  # a unique prefix is enough
-    assert shown.returncode == 0 and "★ best" in shown.stdout and "naive" in shown.stdout
+    assert shown.returncode == 0 and "naive" in shown.stdout
+    if s["best_source"] is not None:  # without one the root (the naive kernel) carries the star
+        assert "★ best" in shown.stdout
 
 
 @pytest.mark.slow
