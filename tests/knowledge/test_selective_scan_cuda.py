@@ -4,6 +4,7 @@ kernels use is checked in NumPy: the block-scan family's chunked combine (per-th
 scan by shuffles-up, cross-warp combine, carry between chunks) and the warp-lanes family's reduce-scatter."""
 
 import itertools
+import os
 import random
 import re
 import shutil
@@ -76,14 +77,23 @@ def test_launch_block_sizes_match_launch_bounds(packdef):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_sources_compile_for_sm90(packdef, tmp_path):
     """The same CUDA C++ NVRTC gets (no host headers), compiled by nvcc as a proxy: errors and spills."""
+    from concurrent.futures import ThreadPoolExecutor
+
     pack, definition = packdef
-    for i, (choices, knobs) in enumerate(_paths(pack)):
+
+    def compile_one(i, choices, knobs):
         k = pack.render(definition, choices, knobs)
         src = tmp_path / f"k{i}.cu"
         src.write_text(k.sources["kernel.cu"])
         flags = [f for f in k.compile_flags if f == "--use_fast_math"]
         r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-c", str(src), "-o", str(tmp_path / f"k{i}.o"),
                             "-Xptxas", "-v", *flags], capture_output=True, text=True, timeout=180)
+        return choices, knobs, k, r
+
+    paths = list(_paths(pack))
+    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:  # nvcc runs are independent
+        results = list(pool.map(lambda a: compile_one(*a), [(i, c, kn) for i, (c, kn) in enumerate(paths)]))
+    for choices, knobs, k, r in results:
         assert r.returncode == 0, f"{choices} {knobs}:\n{r.stderr[-3000:]}"
         if k.family != "naive":   # the naive kernel's state array is local memory by design
             spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", r.stderr)]
