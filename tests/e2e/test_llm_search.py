@@ -125,6 +125,13 @@ def test_the_queue_backend(tmp_path, monkeypatch):
                 tmp.rename(reply)
             stop.wait(0.02)
 
+    from ksearch.llm import backends
+
+    # the default 0.5 s poll (a reply counts once unchanged for one poll) made this test ~40 s; the protocol is
+    # the same at 0.05 s
+    init = backends.QueueBackend.__init__
+    monkeypatch.setattr(backends.QueueBackend, "__init__",
+                        lambda self, directory, **kw: init(self, directory, **{"poll_s": 0.05, **kw}))
     t = threading.Thread(target=answer, daemon=True)
     t.start()
     try:
