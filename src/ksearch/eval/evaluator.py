@@ -38,7 +38,7 @@ from ksearch.eval.sandbox import Policy, ProtocolViolation, Worker, WorkerDied, 
 from ksearch.eval.stats import summarize_times
 from ksearch.targets import get_target
 from ksearch.tasks.definition import Definition, Workload
-from ksearch.tasks.inputs import numpy_dtype, to_float64
+from ksearch.tasks.inputs import numpy_dtype, poison_byte, to_float64
 from ksearch.tasks.loader import Task
 
 #: targets whose worker needs the GPU (Policy.gpu; namespaces and seccomp off, see `_start_worker`)
@@ -347,7 +347,8 @@ class Evaluator:
             shape = d.shape_of(spec, axes) or ()
             dt = numpy_dtype(spec.dtype)
             path = scratch / f"out.{name}"
-            poison = np.full(shape, np.nan, dt) if dt.kind == "f" else np.full(shape, 0xA5, np.uint8).view(dt)
+            poison = np.full(shape, np.nan, dt) if dt.kind == "f" else \
+                np.full(math.prod(shape) * dt.itemsize, poison_byte(dt), np.uint8).view(dt).reshape(shape)
             poison.tofile(path)
             outs[name] = path
             args.append({"kind": "array", "path": str(path), "dtype": dt.str, "shape": list(shape),

@@ -17,10 +17,12 @@ import traceback
 
 
 def _poison(arr) -> None:
+    from ksearch.tasks.inputs import poison_byte
+
     if arr.dtype.kind == "f":
         arr.fill(float("nan"))
     else:
-        arr.view("u1").fill(0xA5)
+        arr.view("u1").fill(poison_byte(arr.dtype))  # uint16 (bfloat16 storage): NaN bits
 
 
 class _RandomMap:

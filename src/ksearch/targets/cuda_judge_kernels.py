@@ -74,8 +74,11 @@ class JudgeKernels:
             arr.data.memset_async(int(byte) & 0xFF, arr.nbytes)
 
     def poison(self, arr) -> None:
-        """Floats to NaN (all-ones bits), other dtypes to the byte 0xA5."""
-        self.fill_bytes(arr, 0xFF if arr.dtype.kind == "f" else 0xA5)
+        """Floats and bfloat16 storage (uint16) to NaN (all-ones bits), other dtypes to the byte 0xA5
+        (`ksearch.tasks.inputs.poison_byte`)."""
+        from ksearch.tasks.inputs import poison_byte
+
+        self.fill_bytes(arr, poison_byte(arr.dtype))
 
     def summary(self, arrays) -> list[float]:
         """[non-finite element count, sum of |x| over the finite ones] over ``arrays`` (floats; other dtypes

@@ -36,6 +36,14 @@ def numpy_dtype(dtype: str) -> np.dtype:
         raise TaskError(f"dtype {dtype!r} is not supported for inputs yet; supported: {sorted(NUMPY_DTYPES)}") from None
 
 
+def poison_byte(storage: np.dtype) -> int:
+    """The byte every output element is filled with before a kernel runs, so that an element it never writes
+    cannot pass: 0xFF for floats and for uint16 (the storage of bfloat16: 0xFFFF is a bfloat16 NaN, as all-ones
+    is a float16/32/64 NaN), 0xA5 for other integers (an unlikely value; integers have no NaN)."""
+    dt = np.dtype(storage)
+    return 0xFF if dt.kind == "f" or dt == np.dtype(np.uint16) else 0xA5
+
+
 def bf16_from_f32(x: np.ndarray) -> np.ndarray:
     """Round float32 to bfloat16 (round to nearest even), returned as uint16 bits."""
     bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
