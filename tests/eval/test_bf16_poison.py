@@ -22,6 +22,7 @@ inputs:
   x: {shape: [n], dtype: bfloat16}
 outputs:
   y: {shape: [n], dtype: bfloat16}
+reference_backend: numpy
 reference: |
   import numpy as np
 
