@@ -10,7 +10,7 @@ from ksearch.eval.records import Candidate, Status
 from ksearch.knowledge import load_pack
 from ksearch.tasks import load_task
 
-from .paths import random_paths
+from .paths import path_id, random_paths, single_moves
 
 TASKS = ["attention-prefill", "attention-prefill-noncausal"]
 SMALL = ["tiny-L1", "mha-odd", "d80", "large-logits"]
@@ -36,30 +36,7 @@ def _candidate(kernel, source: str | None = None) -> Candidate:
                      entry_point=kernel.entry_point, compile_flags=list(kernel.compile_flags))
 
 
-def _single_moves() -> list[tuple[dict, dict]]:
-    """Each family's default path, and each family with one other choice or knob value taken: every move the
-    patterns proposer makes from a family's root."""
-    p = load_pack("attention-prefill", "cpu")
-    out = []
-    for fam in p.families:
-        out.append(({"family": fam.id}, {}))
-        resolved = p.resolve({"family": fam.id}, {})
-        for dec in p.decisions_for(fam.id):
-            for ch in dec.choices:
-                if ch.id != resolved.choices[dec.id]:
-                    out.append(({"family": fam.id, dec.id: ch.id}, {}))
-            for kname, knob in dec.choice(resolved.choices[dec.id]).knobs.items():
-                out += [({"family": fam.id}, {kname: v}) for v in knob.values if v != knob.default]
-    return out
-
-
-def _id(path):
-    choices, knobs = path
-    return ",".join(str(v) for v in choices.values()) + ("|" + ",".join(f"{k}={v}" for k, v in knobs.items())
-                                                         if knobs else "")
-
-
-MOVES = _single_moves()
+MOVES = single_moves(load_pack("attention-prefill", "cpu"))
 
 
 def test_every_reachable_path_renders(pack):
@@ -72,7 +49,7 @@ def test_every_reachable_path_renders(pack):
 
 
 @pytest.mark.parametrize("task", TASKS)
-@pytest.mark.parametrize("path", MOVES, ids=[_id(p) for p in MOVES])
+@pytest.mark.parametrize("path", MOVES, ids=[path_id(p) for p in MOVES])
 def test_single_moves_pass_small_workloads(pack, evaluators, task, path):
     choices, knobs = path
     ev = evaluators[task]
@@ -87,7 +64,7 @@ COMBOS = [(FAST, {}), (FAST, {"block_q": 64, "block_k": 32, "poly_degree": 3}),
 
 
 @pytest.mark.parametrize("task", TASKS)
-@pytest.mark.parametrize("path", COMBOS, ids=[_id(p) for p in COMBOS])
+@pytest.mark.parametrize("path", COMBOS, ids=[path_id(p) for p in COMBOS])
 def test_fast_combinations_pass_small_workloads(pack, evaluators, task, path):
     choices, knobs = path
     ev = evaluators[task]
@@ -98,7 +75,7 @@ def test_fast_combinations_pass_small_workloads(pack, evaluators, task, path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", TASKS)
-@pytest.mark.parametrize("path", random_paths(load_pack("attention-prefill", "cpu"), 8, seed=2026), ids=_id)
+@pytest.mark.parametrize("path", random_paths(load_pack("attention-prefill", "cpu"), 8, seed=2026), ids=path_id)
 def test_random_full_paths_pass_every_check_workload(pack, evaluators, task, path):
     choices, knobs = path
     ev = evaluators[task]

@@ -19,6 +19,8 @@ from ksearch.knowledge import load_pack
 from ksearch.targets import cuda_launch
 from ksearch.tasks import load_task
 
+from .paths import single_moves
+
 TASKS = ["attention-prefill", "attention-prefill-noncausal"]
 
 
@@ -27,22 +29,7 @@ def pack():
     return load_pack("attention-prefill", "cuda")
 
 
-def _single_moves() -> list[tuple[dict, dict]]:
-    p = load_pack("attention-prefill", "cuda")
-    out = []
-    for fam in p.families:
-        out.append(({"family": fam.id}, {}))
-        resolved = p.resolve({"family": fam.id}, {})
-        for dec in p.decisions_for(fam.id):
-            for ch in dec.choices:
-                if ch.id != resolved.choices[dec.id] and (not ch.families or fam.id in ch.families):
-                    out.append(({"family": fam.id, dec.id: ch.id}, {}))
-            for kname, knob in dec.choice(resolved.choices[dec.id]).knobs.items():
-                out += [({"family": fam.id}, {kname: v}) for v in knob.values if v != knob.default]
-    return out
-
-
-MOVES = _single_moves()
+MOVES = single_moves(load_pack("attention-prefill", "cuda"))
 
 
 def _candidate(k) -> Candidate:

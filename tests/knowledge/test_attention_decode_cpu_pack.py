@@ -12,7 +12,7 @@ from ksearch.eval.records import Candidate, Status
 from ksearch.knowledge import load_pack
 from ksearch.tasks import load_task
 
-from .paths import random_paths
+from .paths import path_id, random_paths, single_moves
 
 TASK = "attention-decode"
 SMALL = ["tiny-L1", "odd-b7", "d80", "large-logits"]
@@ -36,30 +36,7 @@ def _candidate(kernel, source: str | None = None) -> Candidate:
                      entry_point=kernel.entry_point, compile_flags=list(kernel.compile_flags))
 
 
-def _single_moves() -> list[tuple[dict, dict]]:
-    """Each family's default path, and each family with one other choice or knob value taken: every move the
-    patterns proposer makes from a family's root."""
-    p = load_pack(TASK, "cpu")
-    out = []
-    for fam in p.families:
-        out.append(({"family": fam.id}, {}))
-        resolved = p.resolve({"family": fam.id}, {})
-        for dec in p.decisions_for(fam.id):
-            for ch in dec.choices:
-                if ch.id != resolved.choices[dec.id]:
-                    out.append(({"family": fam.id, dec.id: ch.id}, {}))
-            for kname, knob in dec.choice(resolved.choices[dec.id]).knobs.items():
-                out += [({"family": fam.id}, {kname: v}) for v in knob.values if v != knob.default]
-    return out
-
-
-def _id(path):
-    choices, knobs = path
-    return ",".join(str(v) for v in choices.values()) + ("|" + ",".join(f"{k}={v}" for k, v in knobs.items())
-                                                         if knobs else "")
-
-
-MOVES = _single_moves()
+MOVES = single_moves(load_pack(TASK, "cpu"))
 _CPUINFO = pathlib.Path("/proc/cpuinfo")
 HAS_F16C = _CPUINFO.exists() and " f16c" in _CPUINFO.read_text()
 
@@ -86,7 +63,7 @@ def test_every_reachable_path_renders(pack):
         assert k.sources["kernel.c"] == pack.render(d, choices, knobs).sources["kernel.c"]
 
 
-@pytest.mark.parametrize("path", MOVES, ids=[_id(p) for p in MOVES])
+@pytest.mark.parametrize("path", MOVES, ids=[path_id(p) for p in MOVES])
 def test_single_moves_pass_small_workloads(pack, evaluator, path):
     choices, knobs = path
     if choices.get("loads") == "f16c" and not HAS_F16C:
@@ -102,7 +79,7 @@ COMBOS = [(FAST, {}), ({**FAST, "loads": "f16c"}, {"block_k": 128}), ({**FAST, "
           ({"family": "group-rows", "exp": "exp2-poly", "compile_flags": "fast-math"}, {"block_k": 256})]
 
 
-@pytest.mark.parametrize("path", COMBOS, ids=[_id(p) for p in COMBOS])
+@pytest.mark.parametrize("path", COMBOS, ids=[path_id(p) for p in COMBOS])
 def test_fast_combinations_pass_small_workloads(pack, evaluator, path):
     choices, knobs = path
     if choices.get("loads") == "f16c" and not HAS_F16C:
@@ -113,7 +90,7 @@ def test_fast_combinations_pass_small_workloads(pack, evaluator, path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", random_paths(load_pack(TASK, "cpu"), 8, seed=2026), ids=_id)
+@pytest.mark.parametrize("path", random_paths(load_pack(TASK, "cpu"), 8, seed=2026), ids=path_id)
 def test_random_full_paths_pass_every_check_workload(pack, evaluator, path):
     choices, knobs = path
     if choices.get("loads") == "f16c" and not HAS_F16C:

@@ -21,7 +21,7 @@ from ksearch.knowledge import load_pack
 from ksearch.targets import get_target
 from ksearch.tasks import load_task
 
-from .paths import random_paths
+from .paths import path_id, random_paths, single_moves
 
 TASKS = ["attention-prefill", "attention-prefill-noncausal"]
 
@@ -41,30 +41,7 @@ def pack():
     return load_pack("attention-prefill", "triton")
 
 
-def _single_moves() -> list[tuple[dict, dict]]:
-    """Each family's default path, and each family with one other choice or knob value taken: every move the
-    patterns proposer makes from a family's root."""
-    p = load_pack("attention-prefill", "triton")
-    out = []
-    for fam in p.families:
-        out.append(({"family": fam.id}, {}))
-        resolved = p.resolve({"family": fam.id}, {})
-        for dec in p.decisions_for(fam.id):
-            for ch in dec.choices:
-                if ch.id != resolved.choices[dec.id]:
-                    out.append(({"family": fam.id, dec.id: ch.id}, {}))
-            for kname, knob in dec.choice(resolved.choices[dec.id]).knobs.items():
-                out += [({"family": fam.id}, {kname: v}) for v in knob.values if v != knob.default]
-    return out
-
-
-def _id(path):
-    choices, knobs = path
-    return ",".join(str(v) for v in choices.values()) + ("|" + ",".join(f"{k}={v}" for k, v in knobs.items())
-                                                         if knobs else "")
-
-
-MOVES = _single_moves()
+MOVES = single_moves(load_pack("attention-prefill", "triton"))
 
 
 def _candidate(source: str) -> Candidate:
@@ -182,7 +159,7 @@ def _failures(excess: dict) -> dict:
 
 
 @pytest.mark.parametrize("task", TASKS)
-@pytest.mark.parametrize("path", MOVES, ids=[_id(p) for p in MOVES])
+@pytest.mark.parametrize("path", MOVES, ids=[path_id(p) for p in MOVES])
 def test_single_moves_match_reference_in_interpreter(pack, interpreter, task, path):
     choices, knobs = path
     kernel = pack.render(load_task(task).definition, choices, knobs)
@@ -191,7 +168,7 @@ def test_single_moves_match_reference_in_interpreter(pack, interpreter, task, pa
 
 
 @pytest.mark.parametrize("task", TASKS)
-@pytest.mark.parametrize("path", COMBOS, ids=[_id(p) for p in COMBOS])
+@pytest.mark.parametrize("path", COMBOS, ids=[path_id(p) for p in COMBOS])
 def test_fast_combinations_match_reference_in_interpreter(pack, interpreter, task, path):
     """Every fast choice together, BLOCK_N above and below BLOCK_M, head_dim 256 (run() shrinks the tiles), logits
     of std 64 (q, k ~ normal(0, 8))."""

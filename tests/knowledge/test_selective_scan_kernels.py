@@ -10,7 +10,7 @@ from ksearch.hardware.cpu import detect_cpu
 from ksearch.knowledge import load_pack
 from ksearch.tasks import load_task
 
-from .paths import random_paths
+from .paths import path_id, random_paths
 
 SMALL = ["tiny", "small-b2", "odd"]
 TASKS = ["selective-scan", "selective-scan-fp16"]
@@ -59,14 +59,8 @@ PATHS = ([({"family": f}, {}) for f in ("row-sequential", "channel-vectorized", 
          + PICKED + _sample(6, seed=2024))
 
 
-def _id(path):
-    choices, knobs = path
-    return ",".join(f"{v}" for k, v in choices.items()) + ("|" + ",".join(f"{k}={v}" for k, v in knobs.items())
-                                                           if knobs else "")
-
-
 @pytest.mark.parametrize("task", TASKS)
-@pytest.mark.parametrize("path", PATHS, ids=[_id(p) for p in PATHS])
+@pytest.mark.parametrize("path", PATHS, ids=[path_id(p) for p in PATHS])
 def test_kernel_passes_small_workloads(pack, evaluators, task, path):
     choices, knobs = path
     missing = [f"{d}.{c}" for d, c in choices.items() if d != "family" and pack.decision(d).choice(c) is None]
