@@ -109,3 +109,22 @@ def test_definitions_at_file_scope():
 def test_flags_that_include_or_write_files_are_refused(flag):
     cand = Candidate(target="cpu", sources={"kernel.c": "void run(void) {}"}, compile_flags=[flag])
     assert not CpuTarget().compile(cand, load_task("selective-scan").definition).ok
+
+
+def test_a_rule_file_can_include_another(tmp_path, monkeypatch):
+    """``include: base`` puts base.yaml's rules and limits first; the file's own limits override by name."""
+    from ksearch.eval import static_checks as sc
+
+    (tmp_path / "base.yaml").write_text(
+        "limits:\n  lim: {value: 4, unit: bytes, source: base}\n"
+        "rules:\n  - {id: no-goto, why: no goto, in: code, pattern: '\\bgoto\\b'}\n")
+    (tmp_path / "child.yaml").write_text(
+        "include: base\nlimits:\n  lim: {value: 8, unit: bytes, source: child}\n"
+        "rules:\n  - {id: no-asm, why: no asm, in: code, pattern: '\\basm\\b'}\n")
+    monkeypatch.setattr(sc, "RULES_DIR", tmp_path)
+    sc._rule_file.cache_clear()
+    try:
+        assert [r.id for r in sc.rules_for("child")] == ["no-goto", "no-asm"]
+        assert sc.limits_for("child")["lim"].value == 8 and sc.limits_for("base")["lim"].value == 4
+    finally:
+        sc._rule_file.cache_clear()

@@ -1,6 +1,7 @@
 """Static checks of a candidate's sources before compiling: rules per target, kept as data.
 
-The rules of a target live in ``static_rules/<target>.yaml`` beside this module (see cpu.yaml for the format).
+The rules of a target live in ``static_rules/<target>.yaml`` beside this module (see cpu.yaml for the format;
+``include: <other>`` puts another file's rules and limits first, as mlx-metal.yaml does with metal.yaml).
 Each rule is a regular expression matched against one *view* of the candidate:
 
 - ``text``: each source as written, comments removed, string literals kept;
@@ -156,10 +157,12 @@ def _rule_file(target: str) -> tuple[tuple[Rule, ...], dict[str, Limit]]:
         return (), {}
     try:
         data = yaml.safe_load(path.read_text()) or {}
+        # ``include: other``: the rules and limits of other.yaml first, then this file's (mlx-metal: metal's)
+        base_rules, base_limits = _rule_file(data["include"]) if data.get("include") else ((), {})
         # values from the hardware catalog's limits() of the entry each limit names (the target's reference
         # device: the judge does not pass the run's device to the rules yet), the table's as the fallback
-        limits = {k: Limit(**v).resolved() for k, v in (data.get("limits") or {}).items()}
-        rules = []
+        limits = {**base_limits, **{k: Limit(**v).resolved() for k, v in (data.get("limits") or {}).items()}}
+        rules = list(base_rules)
         for r in data.get("rules", []):
             rule = Rule(**r)
             if rule.limit is not None:
