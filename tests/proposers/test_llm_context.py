@@ -260,7 +260,7 @@ def test_translation_limits_come_from_the_catalog(monkeypatch):
         static_checks._rule_file.cache_clear()
 
 
-@pytest.mark.parametrize("target", ["cpu", "cuda", "triton", "mlx"])
+@pytest.mark.parametrize("target", ["cpu", "cuda", "triton", "mlx-metal"])
 def test_translation_section_stays_within_its_budget(target):
     view = ctx.translation_view(target, "full")
     assert view is not None and ctx.translation_size(view) <= ctx.TRANSLATION_CHARS

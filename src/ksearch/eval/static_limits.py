@@ -246,9 +246,8 @@ def _split_top(s: str) -> list[str]:
 # -- limits of a device ------------------------------------------------------------------------------------
 
 #: the static rule file whose limits apply to a target's kernels: Triton kernels run on the NVIDIA GPU and hit
-#: its per-block limits (as "out of resource" at compile time); the mlx target runs Metal source
-LIMIT_RULES = {"cpu": "cpu", "cuda": "cuda", "triton": "cuda", "mlx": "metal", "metal": "metal", "mlx-metal": "metal",
-               "mlx-cuda": "cuda"}
+#: its per-block limits (as "out of resource" at compile time); mlx-metal runs Metal source, mlx-cuda CUDA
+LIMIT_RULES = {"cpu": "cpu", "cuda": "cuda", "triton": "cuda", "metal": "metal", "mlx-metal": "metal", "mlx-cuda": "cuda"}
 
 
 def device_limit_rules(target: str, hardware=None) -> list["Rule"]:
@@ -290,7 +289,7 @@ def device_limit_rules(target: str, hardware=None) -> list["Rule"]:
 
 
 def _target_of(rule: "Rule", candidate: "Candidate") -> str:
-    return "metal" if rule.keyword == "threadgroup" or candidate.target in ("metal", "mlx", "mlx-metal") else \
+    return "metal" if rule.keyword == "threadgroup" or candidate.target in ("metal", "mlx-metal") else \
         "cuda" if candidate.target == "mlx-cuda" else candidate.target
 
 

@@ -199,13 +199,13 @@ def unresolved_checks(tmap: TranslationMap) -> list[str]:
     return problems
 
 
-#: the translation map's ``to`` for each target that runs kernels (the mlx target runs Metal source); the cuda
+#: the translation map's ``to`` for each target that runs kernels (mlx-metal runs Metal source); the cuda
 #: target has none: it is the source of every map
-MAP_TARGETS = {"cpu": "cpu", "triton": "triton", "mlx": "metal", "metal": "metal", "mlx-metal": "metal"}
+MAP_TARGETS = {"cpu": "cpu", "triton": "triton", "metal": "metal", "mlx-metal": "metal"}
 
 
 def map_for_target(target: str, source: str = "cuda") -> TranslationMap | None:
-    """The map from ``source`` to the kernels target ``target`` writes (cpu, triton, mlx -> metal), or None for
+    """The map from ``source`` to the kernels target ``target`` writes (cpu, triton, mlx-metal -> metal), or None for
     a target no map leads to (cuda). Raises KnowledgeError on a malformed map file."""
     to = MAP_TARGETS.get(target)
     if to is None or (source, to) not in available():
