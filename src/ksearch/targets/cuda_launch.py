@@ -94,6 +94,12 @@ class PlanError(ValueError):
     """A launch plan that is malformed (a COMPILE_ERROR) or does not resolve for a workload (RUNTIME_ERROR)."""
 
 
+def field_errors(what: str, e: ValidationError) -> PlanError:
+    """A PlanError naming each bad field of ``what`` (``launch plan: launches.0.grid.1: ...; ...``)."""
+    return PlanError(f"{what}: " + "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+                                            for err in e.errors()))
+
+
 def parse_plan(launch: dict, definition: Definition) -> LaunchPlan:
     """Validate ``Candidate.launch`` against the format and the task's names.
 
@@ -105,8 +111,7 @@ def parse_plan(launch: dict, definition: Definition) -> LaunchPlan:
     try:
         plan = LaunchPlan.model_validate(launch)
     except ValidationError as e:
-        lines = [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()]
-        raise PlanError("launch plan: " + "; ".join(lines)) from None
+        raise field_errors("launch plan", e) from None
     known = set(definition.inputs) | set(definition.outputs) | set(definition.axes)
     clash = known & set(plan.temporaries)
     if clash:

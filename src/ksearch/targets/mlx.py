@@ -27,7 +27,7 @@ from ksearch.errors import TargetError
 from ksearch.eval.records import Candidate
 from ksearch.targets.base import CompileResult
 # launch expressions and their errors as the cuda target has them: the same rules, the same messages
-from ksearch.targets.cuda_launch import Expr, PlanError, _int
+from ksearch.targets.cuda_launch import Expr, PlanError, _int, field_errors
 from ksearch.tasks.definition import Definition
 
 #: the line that separates a header (helper functions, includes) from the kernel body in one source file
@@ -80,8 +80,7 @@ def parse_launch(launch: dict, definition: Definition, target: str) -> MlxLaunch
     try:
         plan = MlxLaunch.model_validate(launch)
     except ValidationError as e:
-        lines = [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()]
-        raise PlanError("launch: " + "; ".join(lines)) from None
+        raise field_errors("launch", e) from None
     taken = set(definition.inputs) | set(definition.outputs) | set(definition.axes)
     for name in plan.template:
         if not name.isidentifier():
