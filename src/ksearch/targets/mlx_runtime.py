@@ -106,6 +106,8 @@ class MlxRunner:
                 raise TargetError(f"{name}: bfloat16 cannot be moved between NumPy and MLX here")
         self._kernels: dict[int, object] = {}  # shared_memory -> MLX kernel function
         self._compiled: set = set()  # resolved launches that have run once (MLX compiled them)
+        # NaN init only where every output is a float (integers have no NaN)
+        self._float_outputs = all(np.dtype(s.dtype).kind == "f" for s in definition.outputs.values())
         self.clock = WallClock(mx)
         self.l2_bytes = ASSUMED_CACHE_BYTES
 
@@ -162,17 +164,23 @@ class MlxRunner:
 
     # -- one call ---------------------------------------------------------------------------------
 
-    def _invoke(self, inputs: list, outputs: dict, launch, poison: bool) -> list:
-        """The kernel on ``inputs``, evaluated (what the clock measures). ``poison``: outputs start as NaN."""
+    def _call_args(self, outputs: dict, launch, poison: bool) -> dict:
+        """The kernel call's keyword arguments, built outside the clock. ``poison``: outputs start as NaN (where
+        every output is a float: integers have no NaN)."""
+        kwargs = {"template": list(launch.template), "grid": launch.grid, "threadgroup": launch.threadgroup,
+                  "output_shapes": [s for s, _, _ in outputs.values()],
+                  "output_dtypes": [t for _, t, _ in outputs.values()]}
+        if poison and self._float_outputs:
+            kwargs["init_value"] = float("nan")
+        return kwargs
+
+    def _invoke(self, inputs: list, launch, kwargs: dict) -> list:
+        """The kernel on ``inputs``, evaluated: what the clock measures."""
         mx = self.mx
-        floats = all(np.dtype(self.definition.outputs[n].dtype).kind == "f" for n in outputs) if outputs else True
-        kwargs = {"init_value": float("nan")} if poison and floats else {}
         fn = self._kernel(launch.shared_memory)
         first = launch not in self._compiled
         try:
-            outs = fn(inputs=inputs, template=list(launch.template), grid=launch.grid,
-                      threadgroup=launch.threadgroup, output_shapes=[s for s, _, _ in outputs.values()],
-                      output_dtypes=[t for _, t, _ in outputs.values()], **kwargs)
+            outs = fn(inputs=inputs, **kwargs)
             mx.eval(outs)
         except Exception as e:
             if first:  # MLX compiles at the first evaluation of a launch: its errors are the compiler's
@@ -195,7 +203,8 @@ class MlxRunner:
     def call(self, refs: list[dict]) -> None:
         """One checked call: inputs up, outputs NaN-initialised, the kernel, outputs down."""
         (inputs,), outputs, axes = self._bind(refs)
-        outs = self._invoke(inputs, outputs, self._launch(axes), poison=True)
+        launch = self._launch(axes)
+        outs = self._invoke(inputs, launch, self._call_args(outputs, launch, poison=True))
         self.mx.synchronize()
         self._write_back(outputs, outs)
 
@@ -228,15 +237,17 @@ class MlxRunner:
         (`gpu_timing.timed_repeats`). Returns (times in ms, output summaries)."""
         (warm_inputs,), warm_out, warm_axes = self._bind(warmup_refs or refs)
         warm_launch = self._launch(warm_axes)
-        warm_up(self.clock, plan, lambda: self._invoke(warm_inputs, warm_out, warm_launch, poison=True),
+        warm_args = self._call_args(warm_out, warm_launch, poison=True)
+        warm_up(self.clock, plan, lambda: self._invoke(warm_inputs, warm_launch, warm_args),
                 lambda: None, least=1)
         sets, outputs, axes = self._bind(refs, rotation_copies(refs, self.clock.free_bytes()))
         launch = self._launch(axes)
-        self._invoke(sets[0], outputs, launch, poison=True)  # compiles for these axes, outside the clock
+        self._invoke(sets[0], launch, self._call_args(outputs, launch, poison=True))  # compiles, outside the clock
+        timed_args = self._call_args(outputs, launch, poison=False)
         last: list = []
 
         def call(i: int) -> None:
-            last[:] = self._invoke(sets[i], outputs, launch, poison=False)
+            last[:] = self._invoke(sets[i], launch, timed_args)
 
         times_ms, sums = timed_repeats(self.clock, plan, self.l2_bytes, len(sets), call=call,
                                        poison=lambda: self._dirty(outputs), summary=lambda: self._summary(last))
