@@ -47,7 +47,7 @@ def evaluate():
 def _check(evaluate, task, target, cand, label):
     checks = [w.name for w in task.workloads if w.purpose == "check"]
     result = evaluate(task, target, cand, checks + [BENCH])
-    bench = [w for w in result.workloads if w.name == BENCH]
+    bench = [w for w in result.workloads if w.workload == BENCH]
     ms = bench[0].median_ms if bench and bench[0].median_ms else float("nan")
     print(f"\nGPU {task.name} {target} {label}: {result.status.value} {ms:.3f} ms on {BENCH}")
     assert result.status is Status.PASSED, f"{label}: {result.message}"[:4000]

@@ -23,7 +23,7 @@ extern "C" __global__ void naive_decode(const __half *q, const __half *k, const 
     const float scale = 1.0f / sqrtf((float)head_dim);
     float acc[MAX_HEAD_DIM];
     for (long long d = 0; d < head_dim; d++) acc[d] = 0.0f;
-    float m = -INFINITY;
+    float m = __int_as_float(0xff800000)  /* -inf (NVRTC has no INFINITY) */;
     for (long long j = lane; j < kv_len; j += 32) {
         float s = 0.0f;
         for (long long d = 0; d < head_dim; d++) s += __half2float(q[bh * head_dim + d]) * __half2float(kh[j * head_dim + d]);

@@ -16,7 +16,7 @@ const __half* vh = v + kvh * kv_len * head_dim;
 const float scale = 1.0f / sqrtf((float)head_dim);
 float acc[head_dim];
 for (int d = 0; d < head_dim; d++) acc[d] = 0.0f;
-float m = -INFINITY;
+float m = __int_as_float(0xff800000)  /* -inf (NVRTC has no INFINITY) */;
 for (long long j = lane; j < kv_len; j += 32) {
     float s = 0.0f;
     for (int d = 0; d < head_dim; d++) s += __half2float(q[bh * head_dim + d]) * __half2float(kh[j * head_dim + d]);

@@ -26,7 +26,7 @@ extern "C" __global__ void naive_attention(const __half *q, const __half *k, con
         acc[d] = 0.0f;
     }
     const long long n = causal ? i + 1 : seqlen; /* keys row i sees */
-    float m = -INFINITY;
+    float m = __int_as_float(0xff800000)  /* -inf (NVRTC has no INFINITY) */;
     for (long long j = 0; j < n; j++) {
         float s = 0.0f;
         for (long long d = 0; d < head_dim; d++) s += qf[d] * __half2float(kh[j * head_dim + d]);

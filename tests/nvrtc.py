@@ -1,0 +1,76 @@
+"""Compile CUDA C++ with NVRTC, as the cuda target's worker does on the GPU machine (CuPy's RawModule), without a
+GPU: NVRTC does not include the math headers nvcc does implicitly (INFINITY, for instance, is undefined), so a
+kernel that nvcc compiles can still fail there. Uses the NVRTC of the ``nvidia-cuda-nvrtc`` wheel (test extras)
+through ctypes and the CUDA headers of a local toolkit (``cuda_fp16.h``, ``mma.h``); ``nvrtc_status()`` says why
+not when either is missing."""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import shutil
+from pathlib import Path
+
+_LIB = None
+
+
+def _toolkit_include() -> str | None:
+    for root in filter(None, [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME")]):
+        if Path(root, "include", "cuda_fp16.h").exists():
+            return str(Path(root, "include"))
+    nvcc = shutil.which("nvcc")
+    candidates = sorted(glob.glob("/usr/local/cuda*/include"), reverse=True)
+    if nvcc:
+        candidates.insert(0, str(Path(os.path.realpath(nvcc)).parent.parent / "include"))
+    for inc in candidates:
+        if Path(inc, "cuda_fp16.h").exists():
+            return inc
+    return None
+
+
+def _library():
+    global _LIB
+    if _LIB is None:
+        try:
+            import nvidia
+        except ImportError:
+            return None
+        for base in nvidia.__path__:
+            found = sorted(glob.glob(os.path.join(base, "cu*", "lib", "libnvrtc.so.*")))
+            found = [f for f in found if "alt" not in f and "builtins" not in f]
+            if found:
+                for builtins in glob.glob(os.path.join(os.path.dirname(found[0]), "libnvrtc-builtins.so.*")):
+                    if "alt" not in builtins:  # NVRTC dlopens it by name: load it first, globally
+                        ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
+                _LIB = ctypes.CDLL(found[0])
+                break
+    return _LIB
+
+
+def nvrtc_status() -> str | None:
+    """None when nvrtc_compile can run, else why not."""
+    if _library() is None:
+        return "NVRTC not installed (pip install nvidia-cuda-nvrtc)"
+    if _toolkit_include() is None:
+        return "no CUDA toolkit headers (cuda_fp16.h) found"
+    return None
+
+
+def nvrtc_compile(source: str, options: list[str] | tuple[str, ...] = ("-std=c++17",),
+                  arch: str = "sm_90") -> tuple[bool, str]:
+    """(compiled, log) for ``source`` under NVRTC with ``options`` plus ``-arch`` and the toolkit's include dir."""
+    lib = _library()
+    prog = ctypes.c_void_p()
+    rc = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"kernel.cu", 0, None, None)
+    if rc != 0:
+        return False, f"nvrtcCreateProgram failed ({rc})"
+    opts = [*options, f"-arch={arch}", f"-I{_toolkit_include()}"]
+    arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
+    rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    buf = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(prog, buf)
+    lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    return rc == 0, buf.value.decode(errors="replace")

@@ -1,0 +1,51 @@
+"""Every CUDA kernel ksearch ships compiles under NVRTC, the compiler the GPU worker uses (through CuPy), for
+sm_90 with the cuda target's options: each task's naive kernel and each cuda pack family's default path. nvcc
+(tests/knowledge/test_*_cuda*.py) includes the CUDA math headers implicitly and NVRTC does not, so a kernel that
+nvcc compiles can still fail on the GPU machine (``INFINITY`` did: every attention kernel failed its first GPU
+contact). Skipped without the nvidia-cuda-nvrtc wheel (test extras) or CUDA headers."""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from ksearch.eval.records import Candidate
+from ksearch.knowledge import load_pack
+from ksearch.targets.cuda import BASE_OPTIONS, combined_source
+from ksearch.tasks import load_task
+from ksearch.tasks.loader import builtin_names
+
+from ..nvrtc import nvrtc_compile, nvrtc_status
+
+pytestmark = pytest.mark.skipif(nvrtc_status() is not None, reason=str(nvrtc_status()))
+
+
+def _kernels():
+    out = []
+    for name in builtin_names():
+        t = load_task(name)
+        if "cuda" in t.naive_sources:
+            out.append((f"{name}: naive", t.naive_sources["cuda"], list(BASE_OPTIONS)))
+            try:
+                pack = load_pack(name, "cuda")
+            except Exception:
+                continue
+            for fam in pack.families:
+                k = pack.render(t.definition, {"family": fam.id}, {})
+                c = Candidate(target="cuda", sources=dict(k.sources), entry_point="run", launch=k.launch,
+                              compile_flags=list(k.compile_flags))
+                out.append((f"{name}: {fam.id}", combined_source(c), [*BASE_OPTIONS, *k.compile_flags]))
+    return out
+
+
+def test_shipped_cuda_kernels_compile_under_nvrtc():
+    kernels = _kernels()
+    assert len(kernels) >= 8
+    with ThreadPoolExecutor(2) as pool:  # ctypes releases the GIL during the compile
+        results = list(pool.map(lambda k: nvrtc_compile(k[1], k[2]), kernels))
+    failed = {label: log[:1500] for (label, _, _), (ok, log) in zip(kernels, results) if not ok}
+    assert not failed, failed
+
+
+def test_nvrtc_rejects_what_nvcc_would_accept():
+    ok, log = nvrtc_compile('extern "C" __global__ void f(float *x) { x[0] = -INFINITY; }')
+    assert not ok and "INFINITY" in log
