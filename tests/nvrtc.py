@@ -57,14 +57,17 @@ def nvrtc_status() -> str | None:
     return None
 
 
-def nvrtc_compile(source: str, options: list[str] | tuple[str, ...] = ("-std=c++17",),
-                  arch: str = "sm_90") -> tuple[bool, str]:
-    """(compiled, log) for ``source`` under NVRTC with ``options`` plus ``-arch`` and the toolkit's include dir."""
+def nvrtc_compile(source: str, options: list[str] | tuple[str, ...] = ("-std=c++17",), arch: str = "sm_90",
+                  names: list[str] | tuple[str, ...] = ()) -> tuple[bool, str]:
+    """(compiled, log) for ``source`` under NVRTC with ``options`` plus ``-arch`` and the toolkit's include dir.
+    ``names``: kernel name expressions (``flash_fwd<64, 128>``), instantiated as CuPy's RawModule does."""
     lib = _library()
     prog = ctypes.c_void_p()
     rc = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"kernel.cu", 0, None, None)
     if rc != 0:
         return False, f"nvrtcCreateProgram failed ({rc})"
+    for name in names:
+        lib.nvrtcAddNameExpression(prog, name.encode())
     opts = [*options, f"-arch={arch}", f"-I{_toolkit_include()}"]
     arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
     rc = lib.nvrtcCompileProgram(prog, len(opts), arr)

@@ -53,3 +53,24 @@ def test_achieved_gbs():
     assert achieved_gbs(2e9, 0.5) == pytest.approx(4.0)
     with pytest.raises(ValueError, match="-1"):
         achieved_gbs(1e9, -1)
+
+
+def test_tensor_peak_bounds_matmul_flops_where_the_spec_has_it(tiny_spec):
+    gpu = tiny_spec.model_copy(update={"kind": "gpu", "peak_flops": {"float32": 1e11, "tensor_float16": 1e12}})
+    assert floor_s(1e6, 1e12, 0, gpu, dtype="tensor_float16") == pytest.approx(1.0)
+    bare_gpu = tiny_spec.model_copy(update={"kind": "gpu"})  # no matrix-unit figure: no compute term, not FP32's
+    assert roofline(1e6, 1e12, 0, bare_gpu, dtype="tensor_float16").compute_s == 0
+    cpu = tiny_spec.model_copy(update={"kind": "cpu"})  # kernels compute in fp32 there: the FP32 peak
+    assert roofline(1e6, 1e12, 0, cpu, dtype="tensor_float16").compute_s == pytest.approx(10.0)
+
+
+def test_measured_gpu_spec_gains_the_catalog_tensor_peaks(tiny_spec):
+    from ksearch.hardware.gpu import with_catalog_tensor_peaks
+
+    h200 = tiny_spec.model_copy(update={"kind": "gpu", "model": "NVIDIA H200"})
+    spec = with_catalog_tensor_peaks(h200)
+    assert spec.peak_flops["tensor_float16"] == pytest.approx(989.5e12)
+    assert spec.peak_flops["float32"] == tiny_spec.peak_flops["float32"]  # measured figures are kept
+    assert "catalog" in spec.source_of("peak_flops.tensor_float16")
+    unknown = tiny_spec.model_copy(update={"kind": "gpu", "model": "Some Future GPU"})
+    assert with_catalog_tensor_peaks(unknown) == unknown

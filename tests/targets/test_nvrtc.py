@@ -10,6 +10,7 @@ import pytest
 
 from ksearch.eval.records import Candidate
 from ksearch.knowledge import load_pack
+from ksearch.targets import cuda_launch
 from ksearch.targets.cuda import BASE_OPTIONS, combined_source
 from ksearch.tasks import load_task
 from ksearch.tasks.loader import builtin_names
@@ -24,7 +25,8 @@ def _kernels():
     for name in builtin_names():
         t = load_task(name)
         if "cuda" in t.naive_sources:
-            out.append((f"{name}: naive", t.naive_sources["cuda"], list(BASE_OPTIONS)))
+            plan = cuda_launch.parse_plan(t.naive_launch["cuda"], t.definition)
+            out.append((f"{name}: naive", t.naive_sources["cuda"], list(BASE_OPTIONS), plan.kernel_names()))
             try:
                 pack = load_pack(name, "cuda")
             except Exception:
@@ -33,7 +35,9 @@ def _kernels():
                 k = pack.render(t.definition, {"family": fam.id}, {})
                 c = Candidate(target="cuda", sources=dict(k.sources), entry_point="run", launch=k.launch,
                               compile_flags=list(k.compile_flags))
-                out.append((f"{name}: {fam.id}", combined_source(c), [*BASE_OPTIONS, *k.compile_flags]))
+                plan = cuda_launch.parse_plan(k.launch, t.definition)
+                out.append((f"{name}: {fam.id}", combined_source(c), [*BASE_OPTIONS, *k.compile_flags],
+                            plan.kernel_names()))
     return out
 
 
@@ -41,8 +45,8 @@ def test_shipped_cuda_kernels_compile_under_nvrtc():
     kernels = _kernels()
     assert len(kernels) >= 8
     with ThreadPoolExecutor(2) as pool:  # ctypes releases the GIL during the compile
-        results = list(pool.map(lambda k: nvrtc_compile(k[1], k[2]), kernels))
-    failed = {label: log[:1500] for (label, _, _), (ok, log) in zip(kernels, results) if not ok}
+        results = list(pool.map(lambda k: nvrtc_compile(k[1], k[2], names=k[3]), kernels))
+    failed = {label: log[:1500] for (label, *_), (ok, log) in zip(kernels, results) if not ok}
     assert not failed, failed
 
 

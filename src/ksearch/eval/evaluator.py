@@ -432,7 +432,7 @@ class Evaluator:
             return
         from ksearch.hardware.roofline import pct_of_floor, roofline
 
-        roof = roofline(cost.bytes, cost.flops, cost.transcendentals, self.hardware)
+        roof = roofline(cost.bytes, cost.flops, cost.transcendentals, self.hardware, dtype=cost.flops_on)
         res.floor_ms, res.bound = roof.floor_s * 1e3, roof.bound
         res.pct_of_floor = pct_of_floor(seconds, roof.floor_s)
 

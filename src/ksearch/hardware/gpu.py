@@ -161,7 +161,26 @@ def load_or_measure_gpu(refresh: bool = False) -> HardwareSpec:
     if not refresh:
         spec = load_spec(gpu_fingerprint(gpu_facts()))
         if spec is not None:
-            return spec
-    spec = measure_gpu_spec()
+            return with_catalog_tensor_peaks(spec)
+    spec = with_catalog_tensor_peaks(measure_gpu_spec())
     save_spec(spec)
     return spec
+
+
+def with_catalog_tensor_peaks(spec: HardwareSpec) -> HardwareSpec:
+    """``spec`` with the hardware catalog's tensor-core peaks (``peak_flops.tensor_*``: datasheet figures, dense)
+    of the catalog entry matching its model, each with its source, where the spec has none of its own. The probes
+    measure FP32 FMA only, and a roofline for matmul FLOPs on fp16/bf16 inputs needs the matrix units' rate
+    (``CostModel.flops_on``). A model the catalog lacks: the spec unchanged."""
+    from ksearch.hardware import catalog
+
+    entry = catalog.find(spec.model or "")
+    if entry is None:
+        return spec
+    extra = {k: v for k, v in entry.peak_flops().items() if k.startswith("tensor_") and k not in spec.peak_flops}
+    if not extra:
+        return spec
+    sources = dict(spec.sources)
+    for k in extra:
+        sources[f"peak_flops.{k}"] = f"hardware catalog {entry.name}: {entry.source_of(f'peak_flops.{k}')} (datasheet)"
+    return spec.model_copy(update={"peak_flops": {**spec.peak_flops, **extra}, "sources": sources})

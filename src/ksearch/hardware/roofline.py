@@ -32,6 +32,21 @@ def _non_negative(name: str, value: float) -> float:
     return float(value)
 
 
+def peak_for(spec: HardwareSpec, dtype: str) -> tuple[str, float | None]:
+    """(key, FLOP/s) of the peak a roofline uses for FLOPs in ``dtype`` (a ``peak_flops`` key): the spec's own
+    figure for ``dtype``; for a tensor key (``tensor_float16``...) the spec lacks, its ``float32`` peak on a CPU
+    (no matrix units modelled: the kernels compute in fp32 there) and None on a GPU (its matrix-unit peak is
+    unknown: no compute term rather than one from the far slower vector units, which would put the floor above
+    what tensor-core kernels reach and make the judge reject them as too fast)."""
+    if dtype in spec.peak_flops:
+        return dtype, spec.peak_flops[dtype]
+    if dtype.startswith("tensor_"):
+        if spec.kind == "cpu" and "float32" in spec.peak_flops:
+            return "float32", spec.peak_flops["float32"]
+        return dtype, None
+    return dtype, None
+
+
 def roofline(
     bytes: float, flops: float, transcendentals: float, spec: HardwareSpec, *, dtype: str = "float32"
 ) -> Roofline:
@@ -39,18 +54,19 @@ def roofline(
 
     bytes: bytes moved to and from main memory (read + written); flops: floating-point operations in `dtype`
     (an FMA counts 2); transcendentals: exp (or similar special-function) evaluations.
-    Uses spec.memory_bandwidth_gbs (GB/s = 1e9 B/s), spec.peak_flops[dtype] (FLOP/s), spec.exp_rate_per_s (exp/s;
-    the exp term is 0 when the spec has no exp rate). Ties go to memory, then compute.
-    Raises ValueError on a negative input, HardwareError when the spec has no peak for `dtype`.
+    Uses spec.memory_bandwidth_gbs (GB/s = 1e9 B/s), the peak `peak_for(spec, dtype)` picks (FLOP/s; a tensor
+    key the GPU spec lacks: no compute term), spec.exp_rate_per_s (exp/s; the exp term is 0 when the spec has no
+    exp rate). Ties go to memory, then compute.
+    Raises ValueError on a negative input, HardwareError when the spec has no peak for a non-tensor `dtype`.
     """
     nbytes = _non_negative("bytes", bytes)
     nflops = _non_negative("flops", flops)
     nexp = _non_negative("transcendentals", transcendentals)
-    peak = spec.peak_flops.get(dtype)
-    if peak is None and nflops > 0:
+    _, peak = peak_for(spec, dtype)
+    if peak is None and nflops > 0 and not dtype.startswith("tensor_"):
         raise HardwareError(f"hardware {spec.name!r} has no peak_flops for dtype {dtype!r}: {sorted(spec.peak_flops)}")
     memory_s = nbytes / (spec.memory_bandwidth_gbs * 1e9)
-    compute_s = nflops / peak if nflops > 0 else 0.0
+    compute_s = nflops / peak if nflops > 0 and peak else 0.0
     exp_s = nexp / spec.exp_rate_per_s if spec.exp_rate_per_s and nexp > 0 else 0.0
     terms: dict[Bound, float] = {"memory": memory_s, "compute": compute_s, "exp": exp_s}
     bound = max(terms, key=terms.__getitem__)  # first of equal maxima wins: memory, compute, exp

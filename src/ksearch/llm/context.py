@@ -269,7 +269,7 @@ def hardware_view(spec, task) -> dict[str, Any]:
             continue
         try:
             cost = task.definition.cost_of(w)
-            roof = roofline(cost.bytes, cost.flops, cost.transcendentals, spec)
+            roof = roofline(cost.bytes, cost.flops, cost.transcendentals, spec, dtype=cost.flops_on)
         except (TaskError, ValueError, HardwareError):  # e.g. a spec without the dtype's peak: no floor
             continue
         floors.append({"name": w.label, "floor_ms": _g(roof.floor_s * 1e3), "bound": roof.bound,
@@ -286,7 +286,7 @@ def floor_ms(spec, task, workload_name: str) -> float | None:
         return None
     try:
         cost = task.definition.cost_of(task.workload(workload_name))
-        return floor_s(cost.bytes, cost.flops, cost.transcendentals, spec) * 1e3
+        return floor_s(cost.bytes, cost.flops, cost.transcendentals, spec, dtype=cost.flops_on) * 1e3
     except (TaskError, ValueError, HardwareError):  # unknown workload, a spec without the dtype's peak
         return None
 

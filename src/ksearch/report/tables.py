@@ -33,7 +33,8 @@ def ceilings_lines(hw) -> list[str]:
     """Where the roofline floors come from: each measured ceiling and how it was measured."""
     if hw is None:
         return ["roofline: no hardware spec, no floor"]
-    lines = [f"roofline floor = max(bytes / bandwidth, FLOPs / peak FP32, exps / exp rate) on {hw.name} "
+    lines = [f"roofline floor = max(bytes / bandwidth, FLOPs / peak (FP32, or the tensor-core peak where the task's "
+             f"FLOPs can use it), exps / exp rate) on {hw.name} "
              f"({hw.model}, {hw.cores} cores), ceilings from {hw.source}:"]
     m = hw.measured
     rows = [("memory bandwidth", f"{hw.memory_bandwidth_gbs:.1f} GB/s", m.get("memory_bandwidth_gbs")),

@@ -148,12 +148,16 @@ class CostModel(_Record):
 
     ``bytes``: bytes that must move between memory and the chip; when None, the sum of the sizes of all
     inputs and outputs (every input read once, every output written once). ``flops``: floating-point
-    operations (an FMA counts 2). ``transcendentals``: exp/log/... evaluations.
+    operations (an FMA counts 2). ``transcendentals``: exp/log/... evaluations. ``flops_on``: the hardware
+    spec's ``peak_flops`` key whose rate the FLOPs can reach, ``float32`` (vector units) by default, a tensor key
+    (``tensor_float16``, ``tensor_bfloat16``) for matmul FLOPs on 16-bit inputs that matrix units can run
+    (see ``ksearch.hardware.roofline.peak_for``).
     """
 
     bytes: str | None = None
     flops: str = "0"
     transcendentals: str = "0"
+    flops_on: str = "float32"
 
     @model_validator(mode="after")
     def _expressions_compile(self) -> "CostModel":
@@ -295,15 +299,18 @@ class Definition(_Record):
             bytes=nbytes,
             flops=float(eval_expr(self.cost.flops, values)),
             transcendentals=float(eval_expr(self.cost.transcendentals, values)),
+            flops_on=self.cost.flops_on,
         )
 
 
 class WorkloadCost(BaseModel):
-    """What one call of a workload must do: ``bytes`` moved, ``flops``, ``transcendentals`` (counts)."""
+    """What one call of a workload must do: ``bytes`` moved, ``flops``, ``transcendentals`` (counts); ``flops_on``:
+    the ``peak_flops`` key of the units the FLOPs can run on (CostModel)."""
 
     bytes: float
     flops: float
     transcendentals: float
+    flops_on: str = "float32"
 
 
 class RandomInput(_Record):
