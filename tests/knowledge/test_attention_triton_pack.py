@@ -33,7 +33,8 @@ LARGER = SMALL + [("d256", 1, 2, 1, 40, 256, 1.0), ("large-logits", 1, 4, 2, 130
 FAST = {"family": "flash", "exp": "exp2", "masking": "split-diagonal", "schedule": "heavy-first"}
 COMBOS = [(FAST, {}), ({**FAST, "k_access": "strided"}, {"block_m": 64, "block_n": 128, "num_stages": 3}),
           (FAST, {"block_m": 64, "block_n": 32, "num_warps": 4}),
-          ({"family": "naive-blocks", "exp": "exp2"}, {"block_m": 64, "block_n": 32})]
+          ({"family": "naive-blocks", "exp": "exp2"}, {"block_m": 64, "block_n": 32}),
+          ({**FAST, "loads": "tma"}, {"block_n": 32})]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def test_moves_cover_both_families_and_every_decision(pack):
     fams = {c["family"] for c, _ in MOVES}
     decisions = {d for c, _ in MOVES for d in c if d != "family"}
     assert fams == {"naive-blocks", "flash"}
-    assert decisions == {"exp", "k_access", "masking", "schedule"}  # tiles and launch move by their knobs
+    assert decisions == {"exp", "k_access", "loads", "masking", "schedule"}  # tiles and launch move by their knobs
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -192,7 +193,8 @@ def _module(source: str, tmp_path):
 def test_tiles_shrink_only_for_large_head_dim(pack, tmp_path):
     d = load_task("attention-prefill").definition
     dflt = _module(pack.render(d, {"family": "flash"}, {}).sources["kernel.py"], tmp_path)
-    assert [dflt._tiles(b) for b in (16, 64, 128, 256)] == [(128, 64)] * 4  # 8 warps, 2 stages: 192 KB at 256
+    # 8 warps, 3 stages: Q and 3 K/V stages pass 200 KB at head_dim 256 (256 KB), so BLOCK_N halves there
+    assert [dflt._tiles(b) for b in (16, 64, 128, 256)] == [(128, 64)] * 3 + [(128, 32)]
     deep = _module(pack.render(d, {"family": "flash"}, {"num_stages": 3, "num_warps": 4, "block_n": 128})
                    .sources["kernel.py"], tmp_path)
     assert deep._tiles(64) == (128, 128) and deep._tiles(128) == (128, 64) and deep._tiles(256) == (64, 32)
