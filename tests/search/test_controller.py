@@ -183,3 +183,16 @@ def test_a_proposer_that_only_repeats_itself_cannot_keep_a_run_going(tmp_path):
     c.run(reports.append)
     assert c.evaluations == 1 and all(r.reused for r in reports[1:])
     assert len(reports) <= MAX_IDLE_STEPS + 1
+
+
+def test_time_limit_stops_starting_steps_and_resume_goes_on(tmp_path, monkeypatch):
+    import ksearch.search.controller as controller
+
+    clock = iter(range(0, 1000, 10))  # each monotonic() call: 10 s later
+    monkeypatch.setattr(controller.time, "monotonic", lambda: next(clock))
+    c = make(tmp_path, budget=12)
+    c.start()
+    c.run(time_limit_s=35)  # deadline at t=35: checks at 10, 20, 30 start steps, the one at 40 stops
+    assert c.evaluations == 3
+    c.run()  # no limit: the rest of the budget (what `ksearch resume` does)
+    assert c.evaluations == 12

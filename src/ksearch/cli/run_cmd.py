@@ -25,7 +25,7 @@ from ksearch.targets import get_target, resolve_target
 err = wide_console(stderr=True)
 
 
-def _drive(session: Session, as_json: bool) -> None:
+def _drive(session: Session, as_json: bool, time_limit_s: float | None = None) -> None:
     """Run the search to its end with a progress bar, then print (or emit as JSON) the summary."""
     c = session.controller
     quiet = as_json
@@ -58,7 +58,7 @@ def _drive(session: Session, as_json: bool) -> None:
         try:  # Ctrl-C anywhere: the naive baseline, the search or the final measurements
             c.start()
             bar.update(job, completed=c.evaluations, best=_best(c))
-            c.run(on_step)
+            c.run(on_step, time_limit_s=time_limit_s)
             bar.update(job, phase="final", now="measuring naive, best and reference side by side")
             summary = session.finish()
         except KeyboardInterrupt:
@@ -122,6 +122,10 @@ def run_command(
     timeout: float = typer.Option(60.0, help="Seconds one kernel call may take before it is killed.",
                                   callback=positive_seconds),
     workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all)."),
+    time_limit: float | None = typer.Option(None, "--time-limit", min=1.0,
+                                            help="Seconds of search (wall clock) after which no new evaluation "
+                                                 "starts; the final stage (hidden workloads, side-by-side timing) "
+                                                 "still runs. The run stays resumable with a larger budget."),
     stagnation: int = typer.Option(5, min=1, help="Evaluations without a new best before backing off to "
                                                    "a competing branch."),
     model: str = typer.Option("", help="llm proposer: the model for planner and coder (implies --proposer llm)."),
@@ -193,7 +197,7 @@ def run_command(
                     workloads=names, llm=llm,
                     strategy=StrategyConfig(seed=seed, stagnation_window=stagnation))
     with Session.create(cfg) as session:
-        _drive(session, as_json)
+        _drive(session, as_json, time_limit)
 
 
 def _metal_without_device(task: str, names: list[str] | None, why: str) -> None:
@@ -222,6 +226,10 @@ def resume_command(
     budget: int | None = typer.Option(None, min=1, help="Raise the run's budget (evaluations in total)."),
     max_cost: float | None = typer.Option(None, min=0.0, help="llm proposer: the run's new cost limit (USD)."),
     max_tokens: int | None = typer.Option(None, min=1, help="llm proposer: the run's new token limit."),
+    time_limit: float | None = typer.Option(None, "--time-limit", min=1.0,
+                                            help="Seconds of search (wall clock) after which no new evaluation "
+                                                 "starts; the final stage (hidden workloads, side-by-side timing) "
+                                                 "still runs. The run stays resumable with a larger budget."),
     as_json: bool = typer.Option(False, "--json", help="Print the final summary as one JSON object."),
 ) -> None:
     """Continue an interrupted (or stopped) run where its last committed evaluation left off."""
@@ -230,7 +238,7 @@ def resume_command(
         if not as_json:
             err.print(f"resuming {session.run_id} at {session.store.evaluation_count()} of {session.cfg.budget} "
                       "evaluations")
-        _drive(session, as_json)
+        _drive(session, as_json, time_limit)
 
 
 runs_app = typer.Typer(help="Runs kept under $KSEARCH_HOME/runs.", no_args_is_help=True)

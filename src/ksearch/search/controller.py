@@ -8,6 +8,8 @@ run killed at any point loses at most the evaluation that was in flight and neve
 
 from __future__ import annotations
 
+import time
+
 import math
 import platform
 import sys
@@ -196,12 +198,19 @@ class Controller:
     def done(self) -> bool:
         return self.evaluations >= self.cfg.budget
 
-    def run(self, on_step: Callable[[StepReport], None] | None = None) -> None:
-        """Steps until the budget is spent, no action is left, or `MAX_IDLE_STEPS` steps in a row judged
-        nothing new (a proposer that keeps writing kernels already judged: the budget counts judged kernels,
-        so without this bound such a run would never end). Ctrl-C propagates after the store is safe."""
+    def run(self, on_step: Callable[[StepReport], None] | None = None, time_limit_s: float | None = None) -> None:
+        """Steps until the budget is spent, no action is left, `MAX_IDLE_STEPS` steps in a row judged nothing
+        new (a proposer that keeps writing kernels already judged: the budget counts judged kernels, so without
+        this bound such a run would never end), or ``time_limit_s`` seconds (wall clock, from this call) have
+        passed: no new step starts after that, the one under way finishes. Ctrl-C propagates after the store is
+        safe."""
         idle = 0
+        deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
         while not self.done():
+            if deadline is not None and time.monotonic() >= deadline:
+                self.progress(f"stopping: the time limit ({time_limit_s:g} s) is spent after "
+                              f"{self.evaluations} of {self.cfg.budget} evaluations")
+                break
             try:
                 report = self.step()
             except LLMError as e:  # a stop during the refinement: the step's evaluation is saved, show it too
