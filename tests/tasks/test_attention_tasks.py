@@ -1,7 +1,9 @@
-"""The attention tasks (attention-prefill, attention-prefill-noncausal, attention-decode): definitions and
-workloads load; the float64 references match an independent softmax(QK^T)V with the kv heads repeated; the cost
-models match hand counts; the cpu naive kernels pass the judge; every naive kernel passes its target's static
-checks and the CUDA ones compile with nvcc; the large-logits workload catches a softmax without the max."""
+"""The attention tasks (attention-prefill, attention-prefill-noncausal, their bfloat16 twins attention-prefill-bf16
+and attention-prefill-noncausal-bf16, attention-decode): definitions and workloads load; the float64 references
+match an independent softmax(QK^T)V with the kv heads repeated; the cost models match hand counts; the cpu naive
+kernels pass the judge; every naive kernel passes its target's static checks and the CUDA ones compile with nvcc;
+the large-logits workload catches a softmax without the max; the bfloat16 tolerance passes a FlashAttention-style
+kernel (P rounded to bf16) with margin and fails wrong ones."""
 
 from __future__ import annotations
 
@@ -20,8 +22,12 @@ from ksearch.tasks.loader import builtin_names, load_task
 from ksearch.tasks.reference import run_reference
 
 PREFILL = ("attention-prefill", "attention-prefill-noncausal")
-TASKS = PREFILL + ("attention-decode",)
+#: the bfloat16 twins of PREFILL, in the same order
+BF16 = ("attention-prefill-bf16", "attention-prefill-noncausal-bf16")
+TASKS = PREFILL + ("attention-decode",) + BF16
 TARGETS = ("cpu", "cuda", "triton", "mlx-cuda", "mlx-metal")
+#: targets with a naive kernel: no MLX for bfloat16 (the MLX runner refuses it: NumPy has no bfloat16 to hand MLX)
+NAIVE_TARGETS = {**{t: TARGETS for t in PREFILL + ("attention-decode",)}, **{t: ("cpu", "cuda", "triton") for t in BF16}}
 FILE = {"cpu": "kernel.c", "cuda": "kernel.cu", "triton": "kernel.py", "mlx-cuda": "kernel.cu",
         "mlx-metal": "kernel.metal"}
 
@@ -50,8 +56,8 @@ def attention(q, k, v, causal: bool) -> np.ndarray:
 def test_tasks_load_with_check_and_bench_workloads_and_a_naive_kernel_per_target(name):
     task = load_task(name)
     assert name in builtin_names()
-    assert set(task.naive_sources) == set(TARGETS)
-    assert set(task.naive_launch) == {"cuda", "mlx-cuda", "mlx-metal"}
+    assert set(task.naive_sources) == set(NAIVE_TARGETS[name])
+    assert set(task.naive_launch) == {"cuda", "mlx-cuda", "mlx-metal"} & set(NAIVE_TARGETS[name])
     checks = [w for w in task.workloads if w.purpose == "check"]
     bench = [w for w in task.workloads if w.purpose == "bench"]
     assert len(checks) >= 6 and len(bench) >= 6
@@ -71,6 +77,28 @@ def test_the_mask_is_a_const_axis_and_the_two_prefill_tasks_differ_only_by_it():
         assert causal.naive_sources[target] == free.naive_sources[target]
     assert [w.model_dump(exclude={"uuid"}) for w in causal.workloads] == \
         [w.model_dump(exclude={"uuid"}) for w in free.workloads]
+
+
+@pytest.mark.parametrize("fp16, bf16", list(zip(PREFILL, BF16)))
+def test_the_bf16_tasks_are_the_fp16_ones_with_bfloat16_tensors(fp16, bf16):
+    """Same axes, workloads, reference and cost; bfloat16 q, k, v, o, its own tolerance, bf16 tensor-core peak; the
+    cpu and cuda naive kernels shared by the pair (the const axis `causal`), the triton one the fp16 task's."""
+    a, b = load_task(fp16), load_task(bf16)
+    da, db = a.definition, b.definition
+    assert {n: x.model_dump(exclude={"description"}) for n, x in da.axes.items()} == \
+        {n: x.model_dump(exclude={"description"}) for n, x in db.axes.items()}
+    assert da.reference == db.reference and da.constraints == db.constraints
+    assert {n: s.dtype for n, s in {**db.inputs, **db.outputs}.items()} == dict.fromkeys("qkvo", "bfloat16")
+    assert [s.shape for s in da.inputs.values()] == [s.shape for s in db.inputs.values()]
+    assert [w.model_dump(exclude={"uuid"}) for w in a.workloads] == [w.model_dump(exclude={"uuid"}) for w in b.workloads]
+    assert da.cost.model_dump(exclude={"flops_on"}) == db.cost.model_dump(exclude={"flops_on"})
+    assert (da.cost.flops_on, db.cost.flops_on) == ("tensor_float16", "tensor_bfloat16")
+    assert set(db.tolerance) == {"bfloat16"} and db.tolerance_for("bfloat16").rtol <= 0.016
+    assert b.naive_sources["triton"] == a.naive_sources["triton"]
+    first, second = (load_task(n) for n in BF16)
+    for target in ("cpu", "cuda"):
+        assert first.naive_sources[target] == second.naive_sources[target]
+    assert "uint16_t *q" in b.naive_sources["cpu"] and "__nv_bfloat16 *q" in b.naive_sources["cuda"]
 
 
 def test_a_workload_that_breaks_gqa_is_refused():
@@ -94,15 +122,19 @@ def test_hidden_workloads_can_be_drawn(name):
 # -- references ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", PREFILL)
+@pytest.mark.parametrize("name", PREFILL + BF16)
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1, 16), (2, 4, 2, 9, 16), (1, 6, 3, 33, 32), (2, 3, 3, 17, 16)])
 def test_prefill_reference_matches_an_independent_attention(name, shape, monkeypatch):
     b, hq, hkv, seqlen, d = shape
     task = load_task(name)
     w = Workload(axes={"batch": b, "q_heads": hq, "kv_heads": hkv, "seqlen": seqlen, "head_dim": d})
     inputs = make_inputs(task.definition, w, seed=7)
-    q, k, v = (to_float64(inputs[n], "float16") for n in "qkv")
-    want = attention(q, k, v, causal=name == "attention-prefill")
+    dtype = task.definition.inputs["q"].dtype
+    q, k, v = (to_float64(inputs[n], dtype) for n in "qkv")
+    if dtype == "bfloat16":  # the judge's inputs are bfloat16 values: float32 with the low 16 bits zero
+        assert all(inputs[n].dtype == np.uint16 for n in "qkv")
+        assert not (q.astype(np.float32).view(np.uint32) & 0xFFFF).any() and np.abs(q).max() > 1
+    want = attention(q, k, v, causal=name in ("attention-prefill", "attention-prefill-bf16"))
     np.testing.assert_allclose(run_reference(task.definition, inputs)["o"], want, rtol=1e-12, atol=1e-12)
 
 
@@ -110,7 +142,7 @@ def test_prefill_reference_chunks_give_the_same_answer():
     """Chunks of one row (a tiny SCORES_AT_ONCE) and the whole sequence at once agree, causal and not."""
     from ksearch.tasks import reference as ref
 
-    for name in PREFILL:
+    for name in PREFILL + BF16[:1]:
         d = load_task(name).definition
         w = Workload(axes={"batch": 2, "q_heads": 4, "kv_heads": 2, "seqlen": 37, "head_dim": 16})
         inputs = make_inputs(d, w, seed=3)
@@ -149,6 +181,9 @@ def test_cost_models_by_hand():
     assert dec.flops == 8 * 32 * 4096 * 4 * 128 == 536_870_912 and dec.transcendentals == 8 * 32 * 4096
     # k and v: 8*8*4096*128 = 33,554,432 elements each; q and o: 8*32*128 = 32,768 each
     assert dec.bytes == 2 * (2 * 33_554_432 + 2 * 32_768) == 134_348_800
+    for fp16, bf16 in zip(PREFILL, BF16):  # bfloat16 is 2 bytes too: the same counts
+        cb, cf = (load_task(n).definition.cost_of(Workload(axes=axes)) for n in (bf16, fp16))
+        assert (cb.flops, cb.bytes, cb.transcendentals) == (cf.flops, cf.bytes, cf.transcendentals)
 
 
 # -- naive kernels: static checks, nvcc ----------------------------------------------------------------------
@@ -157,7 +192,7 @@ def test_cost_models_by_hand():
 @pytest.mark.parametrize("name", TASKS)
 def test_every_naive_kernel_passes_its_targets_static_checks(name):
     task = load_task(name)
-    for target in TARGETS:
+    for target in NAIVE_TARGETS[name]:
         assert static_checks.check(naive(task, target), static_checks.rules_for(target)) == [], target
 
 
@@ -173,15 +208,19 @@ def test_the_triton_naive_kernel_compiles_as_python(name):
 AXES = {"attention-prefill": {"batch": 1, "q_heads": 32, "kv_heads": 8, "seqlen": 4096, "head_dim": 128, "causal": 1},
         "attention-prefill-noncausal": {"batch": 1, "q_heads": 32, "kv_heads": 8, "seqlen": 4096, "head_dim": 128,
                                         "causal": 0},
-        "attention-decode": {"batch": 8, "q_heads": 32, "kv_heads": 8, "kv_len": 4096, "head_dim": 128}}
+        "attention-decode": {"batch": 8, "q_heads": 32, "kv_heads": 8, "kv_len": 4096, "head_dim": 128},
+        "attention-prefill-bf16": {"batch": 1, "q_heads": 32, "kv_heads": 8, "seqlen": 4096, "head_dim": 128,
+                                   "causal": 1}}
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-@pytest.mark.parametrize("name", ["attention-prefill", "attention-decode"])
+@pytest.mark.parametrize("name", ["attention-prefill", "attention-decode", "attention-prefill-bf16"])
 def test_cuda_and_mlx_cuda_naive_kernels_compile_with_nvcc_for_sm90(name, tmp_path):
     task = load_task(name)
-    mlx_tu = mlxt.mlx_cuda_translation_unit(naive(task, "mlx-cuda"), task.definition, AXES[name])
-    for i, src in enumerate((task.naive_sources["cuda"], mlx_tu)):
+    sources = [task.naive_sources["cuda"]]
+    if "mlx-cuda" in task.naive_sources:
+        sources.append(mlxt.mlx_cuda_translation_unit(naive(task, "mlx-cuda"), task.definition, AXES[name]))
+    for i, src in enumerate(sources):
         path = tmp_path / f"k{i}.cu"
         path.write_text(src)
         proc = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-c", str(path), "-o", str(tmp_path / f"k{i}.o")],
@@ -205,7 +244,9 @@ def _evaluate(task, source: str, workloads: list[str], seeds=(1,)):
 
 FAST = {"attention-prefill": ["tiny-L1", "mha-odd", "gqa-d128", "gqa-b3", "d80", "large-logits"],
         "attention-prefill-noncausal": ["tiny-L1", "mha-odd", "gqa-b3", "d80", "large-logits"],
-        "attention-decode": ["tiny-L1", "mha", "gqa-d128", "odd-b7", "d80", "large-logits"]}
+        "attention-decode": ["tiny-L1", "mha", "gqa-d128", "odd-b7", "d80", "large-logits"],
+        "attention-prefill-bf16": ["tiny-L1", "mha-odd", "gqa-d128", "gqa-b3", "d80", "large-logits"],
+        "attention-prefill-noncausal-bf16": ["tiny-L1", "mha-odd", "gqa-b3", "d80", "large-logits"]}
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -224,7 +265,7 @@ def test_the_cpu_naive_kernel_passes_every_check_workload_on_three_seeds(name):
     assert all(r.status is Status.PASSED for r in ev.workloads), [r.message for r in ev.workloads]
 
 
-@pytest.mark.parametrize("name", ["attention-prefill", "attention-decode"])
+@pytest.mark.parametrize("name", ["attention-prefill", "attention-decode", "attention-prefill-bf16"])
 def test_a_softmax_without_the_max_fails_only_on_the_large_logits_workload(name):
     """exp(s) without subtracting the row max overflows fp32 once logits pass ~88: q, k ~ normal(0, 8) give
     logits of std 64. The ordinary workloads (logits of std 1) let such a kernel pass."""
@@ -235,3 +276,79 @@ def test_a_softmax_without_the_max_fails_only_on_the_large_logits_workload(name)
     ev = _evaluate(task, src, ordinary + ["large-logits"])
     assert [r.status for r in ev.workloads] == [Status.PASSED] * 3 + [Status.INCORRECT_NUMERICAL], \
         [r.message for r in ev.workloads]
+
+
+# -- the bfloat16 tolerance ----------------------------------------------------------------------------------
+
+
+def _bf16(x) -> np.ndarray:
+    """Round to bfloat16 (nearest even) and back to float64."""
+    from ksearch.tasks.inputs import bf16_from_f32
+
+    return to_float64(bf16_from_f32(np.asarray(x, np.float32)), "bfloat16")
+
+
+def flash_bf16(q, k, v, causal: bool, mask_shift: int = 0, kv_head_mod: bool = False, scale=None,
+               round_scores: bool = False) -> np.ndarray:
+    """A FlashAttention-style bf16 kernel emulated in NumPy: fp32 scores, P = exp(s - max) rounded to bfloat16
+    (nearest even) for the PV product, the exp sum l from the unrounded P, o rounded to bfloat16. The keyword
+    arguments make it wrong: the causal mask shifted (None: no mask), query head h reading kv head h % kv_heads,
+    another scale, scores rounded to bfloat16 before the softmax."""
+    hq, hkv, seqlen, d = q.shape[1], k.shape[1], q.shape[2], q.shape[3]
+    idx = np.arange(hq) % hkv if kv_head_mod else np.arange(hq) // (hq // hkv)
+    k, v = k[:, idx], v[:, idx]
+    s = (q.astype(np.float32) @ k.astype(np.float32).transpose(0, 1, 3, 2)).astype(np.float64)
+    s *= scale or 1.0 / np.sqrt(d)
+    if round_scores:
+        s = _bf16(s)
+    if causal and mask_shift is not None:
+        s = np.where(np.tril(np.ones((seqlen, seqlen), bool), mask_shift), s, -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    return _bf16((_bf16(p) @ v) / p.sum(axis=-1, keepdims=True))
+
+
+def _bf16_case(name: str, workload: str, seed: int):
+    task = load_task(name)
+    inputs = make_inputs(task.definition, task.workload(workload), seed)
+    q, k, v = (to_float64(inputs[n], "bfloat16") for n in "qkv")
+    return task, (q, k, v), run_reference(task.definition, inputs)["o"]
+
+
+@pytest.mark.parametrize("name", BF16)
+def test_bf16_tolerance_passes_a_kernel_that_rounds_p_to_bf16_with_margin(name):
+    """On every check workload, seeds 1 and 2: the emulated FlashAttention kernel stays within half the tolerance's
+    rtol and 60% of its atol (its worst absolute excess over rtol|ref|, 0.0038, is at the few-key rows of mqa-d128)."""
+    from ksearch.eval.compare import compare
+    from ksearch.tasks.definition import Tolerance
+
+    tol = load_task(name).definition.tolerance_for("bfloat16")
+    tight = Tolerance(rtol=tol.rtol / 2, atol=0.6 * tol.atol)
+    for w in [w.name for w in load_task(name).workloads if w.purpose == "check"]:
+        for seed in (1, 2):
+            _, (q, k, v), ref = _bf16_case(name, w, seed)
+            status, max_abs, _, msg = compare(flash_bf16(q, k, v, causal=name == BF16[0]), ref, tight)
+            assert status is Status.PASSED, (w, seed, max_abs, msg)
+
+
+@pytest.mark.parametrize("wrong, workload", [
+    ({"mask_shift": None}, "mha-odd"), ({"mask_shift": 1}, "gqa-d128"), ({"kv_head_mod": True}, "gqa-d128"),
+    ({"scale": 1.0 / 128}, "mqa-d128"), ({"round_scores": True}, "large-logits")], ids=str)
+def test_bf16_tolerance_fails_wrong_kernels(wrong, workload):
+    """No causal mask, the mask off by one key, the wrong kv head, scale 1/head_dim, scores rounded to bfloat16
+    before the softmax (caught on large-logits only: logits of std 64 lose ~0.25 to the rounding)."""
+    from ksearch.eval.compare import compare
+
+    task, (q, k, v), ref = _bf16_case(BF16[0], workload, 1)
+    status, max_abs, _, _ = compare(flash_bf16(q, k, v, causal=True, **wrong), ref,
+                                    task.definition.tolerance_for("bfloat16"))
+    assert status is Status.INCORRECT_NUMERICAL and max_abs > 0.1, max_abs
+
+
+@pytest.mark.parametrize("broken", [("causal ? i + 1 : seqlen", "seqlen"), ("h / group", "h % kv_heads")],
+                         ids=["no-causal-mask", "wrong-kv-head"])
+def test_the_judge_fails_a_wrong_bf16_cpu_kernel(broken):
+    task = load_task("attention-prefill-bf16")
+    src = task.naive_sources["cpu"].replace(*broken)
+    assert src != task.naive_sources["cpu"]
+    ev = _evaluate(task, src, ["gqa-d128"])
+    assert ev.workloads[0].status is Status.INCORRECT_NUMERICAL, ev.workloads[0].message

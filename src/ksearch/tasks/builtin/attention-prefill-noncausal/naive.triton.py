@@ -1,11 +1,12 @@
 """Naive non-causal attention prefill (GQA) for the triton target: the baseline GPU speedups are measured against.
 One program per (batch, query head, block of BLOCK_M query rows); two passes over the keys the block sees, in
 blocks of BLOCK_N: the rows' max score first, then p = exp(s - max), the exp sum and P @ V, scores recomputed
-in the second pass (nothing stored). Scores and the accumulator are fp32 (tl.dot of the fp16 tiles accumulates in
+in the second pass (nothing stored). Scores and the accumulator are fp32 (tl.dot of the 16-bit tiles accumulates in
 fp32; P is rounded to the inputs' dtype for the P @ V product); no online softmax, no pipelining tricks.
 
 ABI (docs/triton-target.md): run(q, k, v, o) with torch CUDA tensors, contiguous: q, o [batch, q_heads, seqlen,
-head_dim]; k, v [batch, kv_heads, seqlen, head_dim]; float16. Query head h reads kv head h // (q_heads //
+head_dim]; k, v [batch, kv_heads, seqlen, head_dim]; float16, or bfloat16 for the -bf16 tasks (which link this
+file: the dtype comes from the tensors). Query head h reads kv head h // (q_heads //
 kv_heads); scale 1/sqrt(head_dim). The mask is this module's CAUSAL: the task's `causal` axis is not passed to
 `run` (axes are the tensors' shapes), and attention-prefill's naive module sets it to True.
 """

@@ -1,0 +1,1 @@
+../attention-prefill/naive.triton.py

@@ -1,0 +1,1 @@
+../attention-prefill-bf16/naive.cpu.c

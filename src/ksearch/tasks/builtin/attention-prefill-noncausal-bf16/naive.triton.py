@@ -1,0 +1,1 @@
+../attention-prefill-noncausal/naive.triton.py
