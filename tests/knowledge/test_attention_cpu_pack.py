@@ -1,7 +1,9 @@
 """The attention cpu pack (prefill, causal and non-causal): every family x its decisions' default and every
 choice taken alone render, compile and pass the judge on small check workloads, including large-logits (logits
 of std 64, where a softmax without the running max overflows); the fp32-tile path with the polynomial exp and
-shared GQA tiles passes every check workload; a variant with the max subtraction removed fails large-logits."""
+shared GQA tiles passes every check workload; a variant with the max subtraction removed fails large-logits. The
+bfloat16 tasks (attention-prefill-bf16, attention-prefill-noncausal-bf16): every path renders with bfloat16 loads and
+stores, and a few paths (the naive family, the fast combination, omp-simd with -ffast-math) pass the judge."""
 
 import pytest
 
@@ -13,6 +15,7 @@ from ksearch.tasks import load_task
 from .paths import path_id, random_paths, single_moves
 
 TASKS = ["attention-prefill", "attention-prefill-noncausal"]
+BF16_TASKS = ["attention-prefill-bf16", "attention-prefill-noncausal-bf16"]
 SMALL = ["tiny-L1", "mha-odd", "d80", "large-logits"]
 FAST = {"family": "online-tiles", "simd": "f32-tiles", "exp": "exp2-poly", "gqa": "group-shared"}
 
@@ -25,7 +28,7 @@ def pack():
 @pytest.fixture(scope="module")
 def evaluators():
     cfg = EvalConfig(seeds=[7], timeout_s=30.0)
-    evs = {t: Evaluator(load_task(t), config=cfg) for t in TASKS}
+    evs = {t: Evaluator(load_task(t), config=cfg) for t in TASKS + BF16_TASKS}
     yield evs
     for ev in evs.values():
         ev.close()
@@ -40,12 +43,18 @@ MOVES = single_moves(load_pack("attention-prefill", "cpu"))
 
 
 def test_every_reachable_path_renders(pack):
-    """Sampled full paths (every decision and knob drawn) render for both tasks, deterministically."""
-    for task in TASKS:
+    """Sampled full paths (every decision and knob drawn) render for every task, deterministically; the element type
+    follows the task's dtype (bfloat16: uint16_t bits, no _Float16 anywhere)."""
+    for task in TASKS + BF16_TASKS:
         d = load_task(task).definition
         for choices, knobs in random_paths(pack, 40, seed=9) + MOVES:
             k = pack.render(d, choices, knobs)
-            assert k.sources["kernel.c"] == pack.render(d, choices, knobs).sources["kernel.c"]
+            src = k.sources["kernel.c"]
+            assert src == pack.render(d, choices, knobs).sources["kernel.c"]
+            if task in BF16_TASKS:
+                assert "_Float16" not in src and "typedef uint16_t elem_t;" in src and "STO(x) f2bf(x)" in src
+            else:
+                assert "typedef _Float16 elem_t;" in src
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -98,3 +107,19 @@ def test_without_the_running_max_large_logits_fails(pack, evaluators, choices):
                       with_speedup=False)
     assert [r.status for r in res.workloads] == [Status.PASSED, Status.PASSED, Status.INCORRECT_NUMERICAL], \
         [r.message for r in res.workloads]
+
+
+BF16_PATHS = [({"family": "naive-rows"}, {}), (FAST, {}),
+              ({"family": "online-tiles", "simd": "omp-simd", "exp": "exp2-poly", "compile_flags": "fast-math"},
+               {"block_q": 8})]
+
+
+@pytest.mark.parametrize("task", BF16_TASKS)
+@pytest.mark.parametrize("path", BF16_PATHS, ids=[path_id(p) for p in BF16_PATHS])
+def test_bf16_paths_pass_small_workloads(pack, evaluators, task, path):
+    """The bfloat16 conversions (bit-shift loads, nearest-even stores) in the scalar, omp-simd and fp32-tile loads."""
+    choices, knobs = path
+    ev = evaluators[task]
+    kernel = pack.render(ev.definition, choices, knobs)
+    res = ev.evaluate(_candidate(kernel), SMALL + ["gqa-b3"], timing=False, with_speedup=False)
+    assert res.status is Status.PASSED, f"{kernel.choices} {kernel.knobs}: {res.message}"

@@ -3,6 +3,8 @@ single move from a family's root renders, passes the triton static rules and the
 under Triton's interpreter (TRITON_INTERPRET=1, CPU torch tensors) each of them matches the task's float64
 reference within its tolerance on small shapes (odd seqlen, GQA, MQA, head_dim 80, seqlen 1, head_dim 16), fast
 combinations also on head_dim 256 and large logits, and a flash variant without the running-max rescale fails.
+The bfloat16 tasks: every move renders and passes the static rules; the naive module and a few paths match the
+reference in the interpreter on bfloat16 tensors (whose tl.dot the worker widens to float32: see WORKER).
 The interpreter checks the math (indices, masks, the online softmax), not what a GPU compile would do (layouts,
 shared memory, registers, pipelining). Skipped without torch or triton."""
 
@@ -24,6 +26,8 @@ from ksearch.tasks import load_task
 from .paths import path_id, random_paths, single_moves
 
 TASKS = ["attention-prefill", "attention-prefill-noncausal"]
+BF16_TASKS = ["attention-prefill-bf16", "attention-prefill-noncausal-bf16"]
+CAUSAL_TASKS = {"attention-prefill", "attention-prefill-bf16"}
 
 #: (name, batch, q_heads, kv_heads, seqlen, head_dim, input std): small check-like shapes
 SMALL = [("gqa-odd-d80", 1, 4, 2, 77, 80, 1.0), ("mha-b2", 2, 2, 2, 33, 64, 1.0), ("mqa-L1-d16", 1, 3, 1, 1, 16, 1.0)]
@@ -56,7 +60,7 @@ def test_moves_cover_both_families_and_every_decision(pack):
     assert decisions == {"exp", "k_access", "loads", "masking", "schedule"}  # tiles and launch move by their knobs
 
 
-@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("task", TASKS + BF16_TASKS)
 def test_every_move_and_sampled_path_renders_and_passes_static_rules(pack, task):
     d = load_task(task).definition
     rules = static_checks.rules_for("triton")
@@ -64,7 +68,8 @@ def test_every_move_and_sampled_path_renders_and_passes_static_rules(pack, task)
         k = pack.render(d, choices, knobs)
         src = k.sources["kernel.py"]
         assert src == pack.render(d, choices, knobs).sources["kernel.py"]
-        assert f"CAUSAL = {task == 'attention-prefill'}" in src
+        assert f"CAUSAL = {task in CAUSAL_TASKS}" in src
+        assert f"head_dim]; {d.inputs['q'].dtype}." in src
         assert k.launch == {} and k.compile_flags == []
         findings = static_checks.check(_candidate(src), rules)
         assert findings == [], f"{k.choices} {k.knobs}: " + "; ".join(map(str, findings))
@@ -82,26 +87,41 @@ def test_description_says_nothing_ran_on_a_gpu(pack):
 #: @triton.jit helpers, tl.max among them, are built at import), so the modules run in a subprocess that reads one
 #: JSON request a line ({"source", "task", "shapes"}) and answers {"excess": {shape name: value}} or {"error"}:
 #: the excess is max(|o - ref| - (atol + rtol |ref|)) of run() against the task's float64 reference on fresh
-#: normal fp16 inputs, null where o has a NaN or an unwritten element.
+#: normal inputs in the task's dtype (float16 or bfloat16), null where o has a NaN or an unwritten element.
+#: Triton's interpreter (3.x) holds bfloat16 as its uint16 bits and its tl.dot hands those integers to np.matmul
+#: unconverted; the worker widens bfloat16 dot operands to float32 first (exact, as the tensor cores' products
+#: with fp32 accumulation are). Its bfloat16 loads, stores and casts (p.to(bf16): nearest even) are its own.
 WORKER = r"""
 import importlib.util, json, sys, tempfile, traceback
 import numpy as np, torch
 from ksearch.tasks import load_task
+import triton.language as tl
+from triton.runtime import interpreter as interp
+
+_dot = interp.InterpreterBuilder.create_dot
+
+def _dot_bf16_as_f32(self, a, b, d, *args):
+    widen = lambda h: (interp.TensorHandle((h.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
+                       if h.dtype.scalar == tl.bfloat16 else h)
+    return _dot(self, widen(a), widen(b), d, *args)
+
+interp.InterpreterBuilder.create_dot = _dot_bf16_as_f32
 
 def excess(mod, task, shape):
     _, batch, hq, hkv, seqlen, dim, std = shape
     rng = np.random.default_rng(seqlen * 1000 + dim)
-    q, k, v = (rng.normal(0, s, size=(batch, h, seqlen, dim)).astype(np.float16)
+    dtype = task.definition.outputs["o"].dtype
+    q, k, v = (torch.from_numpy(rng.normal(0, s, size=(batch, h, seqlen, dim))).to(getattr(torch, dtype))
                for s, h in ((std, hq), (std, hkv), (1.0, hkv)))
-    o = torch.full((batch, hq, seqlen, dim), float("nan"), dtype=torch.float16)
-    mod.run(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v), o)
+    o = torch.full((batch, hq, seqlen, dim), float("nan"), dtype=getattr(torch, dtype))
+    mod.run(q, k, v, o)
     ns = {}
     exec(task.definition.reference, ns)
-    ref = ns["run"](q, k, v)
+    ref = ns["run"](*(t.double().numpy() for t in (q, k, v)))
     got = o.double().numpy()
     if not np.isfinite(got).all():
         return None
-    tol = task.definition.tolerance["float16"]
+    tol = task.definition.tolerance[dtype]
     return float(np.max(np.abs(got - ref) - (tol.atol + tol.rtol * np.abs(ref))))
 
 tmp = tempfile.mkdtemp()
@@ -212,3 +232,25 @@ def test_without_the_running_max_rescale_fails(pack, interpreter, choices, knobs
     excess = interpreter(broken, task, [SMALL[2], SMALL[0]])
     assert not _failures({SMALL[2][0]: excess[SMALL[2][0]]}), excess
     assert _failures(excess) == {SMALL[0][0]: excess[SMALL[0][0]]}, excess
+
+
+# -- bfloat16 ---------------------------------------------------------------------------------------------------
+
+#: (task, choices, knobs, shapes): the naive family, flash's default and the fast combination, on bfloat16 tensors
+BF16_CASES = [("attention-prefill-noncausal-bf16", {"family": "naive-blocks"}, {}, SMALL),
+              ("attention-prefill-bf16", {"family": "flash"}, {}, SMALL),
+              ("attention-prefill-bf16", FAST, {"block_m": 64, "block_n": 32}, LARGER)]
+
+
+@pytest.mark.parametrize("task", BF16_TASKS)
+def test_the_bf16_naive_module_matches_reference_in_interpreter(interpreter, task):
+    """The bf16 tasks' naive.triton.py is the float16 tasks' module (linked): it takes the dtype from the tensors."""
+    excess = interpreter(load_task(task).naive_sources["triton"], task, LARGER)
+    assert not _failures(excess), excess
+
+
+@pytest.mark.parametrize("task, choices, knobs, shapes", BF16_CASES, ids=[f"{c[0]}-{path_id(c[1:3])}" for c in BF16_CASES])
+def test_bf16_paths_match_reference_in_interpreter(pack, interpreter, task, choices, knobs, shapes):
+    kernel = pack.render(load_task(task).definition, choices, knobs)
+    excess = interpreter(kernel.sources["kernel.py"], task, shapes)
+    assert not _failures(excess), (kernel.choices, kernel.knobs, excess)

@@ -35,8 +35,10 @@ from ksearch.knowledge.schema import (  # noqa: F401 - re-exported
 
 PACKS_DIR = Path(__file__).parent / "packs"
 
-#: Definition dtype -> C type used by the templates (float16 as GCC's _Float16).
-CTYPES: dict[str, str] = {"float32": "float", "float16": "_Float16", "float64": "double", "int32": "int32_t",
+#: Definition dtype -> C type used by the templates (float16 as GCC's _Float16, bfloat16 as its uint16_t bits: the
+#: cpu target's ABI, C having no portable bfloat16 type).
+CTYPES: dict[str, str] = {"float32": "float", "float16": "_Float16", "bfloat16": "uint16_t", "float64": "double",
+                          "int32": "int32_t",
                           "int64": "int64_t"}
 
 #: The name under which the family is given in a path's ``choices``.
