@@ -129,3 +129,141 @@ def test_every_distinct_source_compiles_under_nvrtc(pack):
                                 jobs.items()))
     failed = {str(job[:2]): log[:1500] for job, (ok, log) in zip(jobs.values(), results) if not ok}
     assert not failed, failed
+
+
+# -- split-kv's index math, emulated in NumPy (the algorithm, not the CUDA code) -----------------------------------
+
+def _merge(m, l, acc, om, ol, oacc, ex):
+    """Two (m, l, acc) softmax states merged as the kernel's shuffle and shared-memory merges do."""
+    mn = np.maximum(m, om)
+    mu = np.where(mn == -np.inf, 0.0, mn)
+    a, b = ex(m - mu), ex(om - mu)
+    return mn, l * a + ol * b, acc * a[:, None] + oacc * b[:, None]
+
+
+def _split_kv_emulated(q, k, v, splits, HDP, GM, W, U, VEC, exp2=True, rescale=True):
+    """o as decode_split + decode_combine compute it: blocks (batch x kv head x group block, chunk), lane groups of
+    LPK lanes each taking keys t0 + warp KPW + kg + u W KPW of every block step, the lanes' columns (j LPK + kl)
+    VEC + i, per lane group an online softmax with one rescale a step, lane groups merged within a warp (xor
+    offsets LPK..16), warps merged, chunks combined by e^(lse - max lse). float64 throughout."""
+    batch, hq, D = q.shape
+    hkv, L = k.shape[1], k.shape[2]
+    group = hq // hkv
+    LPK = min(32, HDP // VEC)
+    KPW, STEP = 32 // LPK, W * (32 // LPK) * U
+    ex = np.exp2 if exp2 else np.exp
+    lg = np.log2 if exp2 else np.log
+    scale = (np.log2(np.e) if exp2 else 1.0) / np.sqrt(D)
+    cols = np.array([(j * LPK + kl) * VEC + i for kl in range(LPK) for j in range(HDP // LPK // VEC)
+                     for i in range(VEC)])
+    assert sorted(cols) == list(range(HDP))                    # the lanes' columns cover the row once
+    chunk = -(-(-(-L // splits)) // STEP) * STEP
+    mid_o = np.full((batch * hq, splits, D), np.nan)
+    mid_lse = np.full((batch * hq, splits), np.nan)
+    gblocks = -(-group // GM)
+    for bx in range(batch * hkv * gblocks):
+        bkv, g0 = divmod(bx, gblocks)
+        g0 *= GM
+        gcount = min(GM, group - g0)
+        b, kvh = divmod(bkv, hkv)
+        row0 = b * hq + kvh * group + g0
+        qs = np.zeros((GM, HDP))
+        qs[:gcount, :D] = q[b, kvh * group + g0: kvh * group + g0 + gcount] * scale
+        for split in range(splits):
+            lo, hi = split * chunk, min(split * chunk + chunk, L)
+            warps = []
+            for warp in range(W):
+                states = []
+                for kg in range(KPW):
+                    m, l, acc = np.full(GM, -np.inf), np.zeros(GM), np.zeros((GM, HDP))
+                    for t0 in range(lo, hi, STEP):
+                        keys = [t0 + warp * KPW + kg + u * W * KPW for u in range(U)]
+                        s = np.full((U, GM), -np.inf)
+                        vt = np.zeros((U, HDP))
+                        for u, key in enumerate(keys):
+                            if key < hi:
+                                kt = np.zeros(HDP)
+                                kt[:D] = k[b, kvh, key]
+                                vt[u, :D] = v[b, kvh, key]
+                                s[u] = qs @ kt
+                        mt = np.maximum(m, s.max(axis=0))
+                        mu = np.where(mt == -np.inf, 0.0, mt)
+                        alpha = ex(m - mu) if rescale else np.ones(GM)
+                        p = ex(s - mu[None, :])
+                        l = l * alpha + p.sum(axis=0)
+                        acc = acc * alpha[:, None] + p.T @ vt
+                        m = mt
+                    states.append((m, l, acc))
+                off = 1                                        # xor offsets LPK, 2 LPK, ... over key groups
+                while off < KPW:
+                    states = [_merge(*states[i], *states[i ^ off], ex) for i in range(KPW)]
+                    off <<= 1
+                warps.append(states[0])
+            m, l, acc = warps[0]
+            for w in warps[1:]:
+                m, l, acc = _merge(m, l, acc, *w, ex)
+            for g in range(gcount):
+                r = row0 + g
+                empty = l[g] == 0.0
+                mid_o[r, split] = 0.0 if empty else acc[g, :D] / l[g]
+                mid_lse[r, split] = -np.inf if empty else m[g] + lg(l[g])
+    if splits == 1:
+        return mid_o[:, 0].reshape(batch, hq, D)
+    mx = mid_lse.max(axis=1, keepdims=True)
+    w = ex(mid_lse - mx) if rescale else np.isfinite(mid_lse).astype(float)
+    return ((w[:, :, None] * mid_o).sum(axis=1) / w.sum(axis=1, keepdims=True)).reshape(batch, hq, D)
+
+
+#: (batch, q_heads, kv_heads, kv_len, head_dim, q/k std), (HDP, GM, W, U, VEC), choices the plan is rendered with
+EMULATED = [((1, 8, 2, 77, 80, 1.0), (128, 4, 2, 2, 8), {"split": "fixed-chunk"}, {"chunk": 256}),
+            ((1, 1, 1, 1, 64, 1.0), (64, 1, 2, 1, 8), {}, {}),
+            ((2, 6, 3, 129, 64, 1.0), (64, 2, 2, 2, 2), {}, {"waves": 1}),
+            ((1, 12, 1, 300, 16, 1.0), (64, 8, 4, 1, 4), {}, {}),
+            ((1, 4, 1, 200, 128, 8.0), (128, 4, 4, 4, 8), {}, {})]
+
+
+def _inputs(shape, seed):
+    batch, hq, hkv, L, D, std = shape
+    rng = np.random.default_rng(seed)
+    return (rng.normal(0, std, (batch, hq, D)).astype(np.float16), rng.normal(0, std, (batch, hkv, L, D)).astype(
+        np.float16), rng.normal(0, 1, (batch, hkv, L, D)).astype(np.float16))
+
+
+@pytest.mark.parametrize("shape, tiles, choices, knobs", EMULATED, ids=[str(e[0][:5]) for e in EMULATED])
+def test_split_kv_emulation_matches_the_reference(pack, shape, tiles, choices, knobs):
+    """The number of chunks is the rendered plan's grid.y for these axes (1 to 300 keys: one chunk, several, and
+    chunks past kv_len that must weigh nothing)."""
+    d = load_task(TASK).definition
+    k = pack.render(d, {"family": "split-kv", **choices}, knobs)
+    axes = dict(zip(["batch", "q_heads", "kv_heads", "kv_len", "head_dim"], shape[:5]))
+    splits = cuda_launch.resolve(cuda_launch.parse_plan(k.launch, d), d, axes)[0].grid[1]
+    q, kk, v = _inputs(shape, shape[3])
+    ns = {}
+    exec(d.reference, ns)
+    ref = ns["run"](q, kk, v)
+    tol = d.tolerance["float16"]
+    for exp2 in (True, False):
+        got = _split_kv_emulated(*(x.astype(np.float64) for x in (q, kk, v)), splits, *tiles, exp2=exp2)
+        assert np.isfinite(got).all()
+        np.testing.assert_allclose(got, ref, rtol=tol.rtol, atol=tol.atol)
+
+
+def test_split_kv_emulation_without_a_rescale_fails():
+    """Without the rescales (running max within a chunk, lse across chunks) the emulation misses the reference:
+    the test can fail."""
+    q, kk, v = _inputs((1, 4, 1, 200, 64, 4.0), 1)
+    ns = {}
+    exec(load_task(TASK).definition.reference, ns)
+    ref = ns["run"](q, kk, v)
+    args = [x.astype(np.float64) for x in (q, kk, v)]
+    assert np.allclose(_split_kv_emulated(*args, 3, 64, 4, 2, 2, 8), ref, rtol=5e-3, atol=2e-3)
+    assert not np.allclose(_split_kv_emulated(*args, 3, 64, 4, 2, 2, 8, rescale=False), ref, rtol=5e-3, atol=2e-3)
+
+
+def test_split_kv_emulation_with_empty_chunks_matches_the_reference():
+    """9 keys in 4 chunks of one 16-key block step: chunks 1-3 start past kv_len and write lse = -inf."""
+    q, kk, v = _inputs((2, 4, 2, 9, 64, 1.0), 2)
+    ns = {}
+    exec(load_task(TASK).definition.reference, ns)
+    got = _split_kv_emulated(*(x.astype(np.float64) for x in (q, kk, v)), 4, 64, 2, 2, 2, 8)
+    np.testing.assert_allclose(got, ns["run"](q, kk, v), rtol=5e-3, atol=2e-3)
