@@ -1,6 +1,6 @@
 """bench/gpu/attention_h200.py off the GPU: its pure roofline/comparison helpers, the --dry-run plan (no torch
 needed) and the CPU smoke mode end to end (SDPA MATH + the NumPy reference on tiny shapes, JSON + Markdown
-written), the last one skipped where torch is missing (CI)."""
+written, the bf16 tasks included), the last ones skipped where torch is missing (CI)."""
 
 from __future__ import annotations
 
@@ -64,8 +64,16 @@ def test_compare_and_verdicts_against_cudnn(bench):
     assert cmp["searched n1 cuda (run)"]["cuDNN fp16"] == pytest.approx(1.0 / 1.5)
     axes = {"head_dim": 128, "seqlen": 4096}
     v = bench.verdicts({"attention-prefill": {"w": {"axes": axes, "rows": rows}}}, {})
-    assert len(v) == 1 and v[0]["kernel"] == "searched n1 cuda (run)" and v[0]["metric"] == "x vs sdpa-cudnn bf16"
-    assert v[0]["value"] == pytest.approx(0.6) and v[0]["passed"]
+    # an fp16 kernel against fp16 cuDNN (its own dtype), not the bf16 one beside it
+    assert len(v) == 1 and v[0]["kernel"] == "searched n1 cuda (run)" and v[0]["metric"] == "x vs sdpa-cudnn fp16"
+    assert v[0]["value"] == pytest.approx(1.0 / 1.5) and v[0]["passed"]
+    bf = {"sdpa-cudnn bf16": _row(0.9, "baseline", "bf16"), "searched n7 triton (r)": _row(1.8, "ksearch", "bf16"),
+          "naive triton": _row(9.0, "ksearch", "bf16")}
+    v = bench.verdicts({"attention-prefill-bf16": {"w": {"axes": axes, "rows": bf}}}, {})
+    assert v[0]["metric"] == "x vs sdpa-cudnn bf16" and v[0]["value"] == pytest.approx(0.5) and not v[0]["passed"]
+    only_fp16 = {"sdpa-cudnn fp16": _row(1.2, "baseline", "fp16"), "naive triton": _row(1.0, "ksearch", "bf16")}
+    v = bench.verdicts({"attention-prefill-bf16": {"w": {"axes": axes, "rows": only_fp16}}}, {})
+    assert v[0]["metric"] == "x vs sdpa-cudnn fp16 (the kernel is bf16)" and "no searched kernel" in v[0]["kernel"]
     dec = {"searched n2 triton (r)": {**_row(1.0, "ksearch", "fp16"), "pct_copy_bw": 65.0}}
     v = bench.verdicts({"attention-decode": {"w": {"axes": {}, "rows": dec}}}, {})
     assert v[0]["passed"] is False and v[0]["goal"] == 70.0
@@ -77,10 +85,36 @@ def test_parse_candidate_task_from_prefix_or_run_folder(bench, tmp_path):
     (run / "candidate.json").write_text("{}")
     assert bench.parse_candidate(str(run / "candidate.json"))[0] == "attention-prefill-noncausal"
     assert bench.parse_candidate(f"attention-decode:{run / 'candidate.json'}")[0] == "attention-decode"
+    bf = tmp_path / "attention-prefill-bf16-20261130-010203-cd34" / "best"
+    bf.mkdir(parents=True)
+    (bf / "candidate.json").write_text("{}")
+    assert bench.parse_candidate(str(bf / "candidate.json"))[0] == "attention-prefill-bf16"
     other = tmp_path / "x.json"
     other.write_text("{}")
     with pytest.raises(ValueError, match="TASK:PATH"):
         bench.parse_candidate(str(other))
+
+
+def test_bf16_inputs_reach_torch_as_their_values_and_come_back_as_their_bits(bench):
+    """make_inputs holds bfloat16 as uint16 bits: to_device reinterprets them (a plain .to(bfloat16) would convert
+    the integers), to_storage gives the bits back; the reference of a bf16 task runs on the values."""
+    torch = pytest.importorskip("torch", reason="torch not installed")
+    np = pytest.importorskip("numpy")
+    from ksearch.tasks import load_task
+    from ksearch.tasks.inputs import make_inputs, to_float64
+    from ksearch.tasks.reference import run_reference
+
+    task = load_task("attention-prefill-bf16")
+    arrs = make_inputs(task.definition, task.workload("mha-odd"), seed=0)
+    q, k, v = bench.to_device(arrs, "cpu", "bf16", "bf16")
+    assert q.dtype == torch.bfloat16 and np.array_equal(q.double().numpy(), to_float64(arrs["q"], "bfloat16"))
+    assert np.array_equal(bench.to_storage(q, "bf16"), arrs["q"])
+    assert bench.to_device(arrs, "cpu", "fp16", "bf16")[0].dtype == torch.float16
+    want = run_reference(task.definition, arrs)["o"]
+    values = {n: t.double().numpy() for n, t in zip("qkv", (q, k, v))}
+    assert np.array_equal(bench.reference_on(task.definition, values), want)
+    assert bench.task_dtype(task.definition) == "bf16"
+    assert bench.task_dtype(load_task("attention-prefill").definition) == "fp16"
 
 
 def _run(*args, timeout=120):
@@ -93,6 +127,11 @@ def test_dry_run_prints_the_plan_and_exits_0():
     assert p.returncode == 0, p.stderr
     for text in ("llama3-8b-L4k", "llama3-8b-b32-kv4k", "sdpa-cudnn bf16", "flex fp16", "mlx fp16", "naive cuda"):
         assert text in p.stdout
+    p = _run("--dry-run", "--tasks", "attention-prefill-bf16,attention-prefill-noncausal-bf16")
+    assert p.returncode == 0, p.stderr
+    assert "attention-prefill-noncausal-bf16 (bf16 kernels)" in p.stdout and "sdpa-cudnn bf16" in p.stdout
+    assert "sdpa-cudnn fp16" not in p.stdout   # baselines default to the task's dtype
+    assert any(line.split()[1:4] == ["naive", "cuda", "bf16"] for line in p.stdout.splitlines() if "naive cuda" in line)
 
 
 def test_bad_dtype_is_a_user_error():
@@ -108,11 +147,18 @@ def test_cpu_smoke_mode_writes_json_and_markdown(tmp_path):
     assert (tmp_path / (js.stem + ".md")).is_file()
     report = json.loads(js.read_text())
     assert report["dtypes"] == ["fp16", "bf16"] and report["ceilings"]["copy_bytes_per_s"] > 0
-    for task in ("attention-prefill", "attention-prefill-noncausal", "attention-decode"):
+    for task in ("attention-prefill", "attention-prefill-noncausal", "attention-decode", "attention-prefill-bf16",
+                 "attention-prefill-noncausal-bf16"):
         st = report["status"][task]
         assert st["sdpa-math fp16"]["status"] == "passed" and st["sdpa-math bf16"]["status"] == "passed"
         assert st["sdpa-cudnn fp16"]["status"] == "unavailable"
         (w,) = report["results"][task].values()
         assert {"sdpa-math fp16", "sdpa-math bf16", "numpy reference (float64)"} <= set(w["rows"])
         assert all(r["ms"] > 0 and r["gbs"] > 0 for r in w["rows"].values())
+        bf16_task = task.endswith("-bf16")
+        assert w["dtype"] == ("bf16" if bf16_task else "fp16")
+        assert w["rows"]["numpy reference (float64)"]["dtype"] == w["dtype"]
+        if bf16_task:   # SDPA MATH in bf16 (fp32 inside) meets the bf16 task's own tolerance
+            assert st["sdpa-math bf16"]["worst_excess_at_task_tolerance"] <= 0
     assert "x vs best baseline fp16" in report["markdown"]
+    assert "Baselines at attention-prefill-bf16's own tolerance" in report["markdown"]
