@@ -1,8 +1,9 @@
 """Compile CUDA C++ with NVRTC, as the cuda target's worker does on the GPU machine (CuPy's RawModule), without a
 GPU: NVRTC does not include the math headers nvcc does implicitly (INFINITY, for instance, is undefined), so a
 kernel that nvcc compiles can still fail there. Uses the NVRTC of the ``nvidia-cuda-nvrtc`` wheel (test extras)
-through ctypes and the CUDA headers of a local toolkit (``cuda_fp16.h``, ``mma.h``); ``nvrtc_status()`` says why
-not when either is missing."""
+through ctypes, and the headers of the ``nvidia-cuda-runtime`` wheel (test extras) as CuPy on the GPU machine has
+them (without ``crt/``: ``mma.h``'s WMMA does not compile there), else a local toolkit's; ``nvrtc_status()`` says
+why not when either is missing."""
 
 from __future__ import annotations
 
@@ -16,6 +17,17 @@ _LIB = None
 
 
 def _toolkit_include() -> str | None:
+    """The CUDA headers CuPy on the GPU machine compiles with: the ``nvidia-cuda-runtime`` wheel's (CuPy's CUDA
+    path there is site-packages/nvidia/cu13, which has ``mma.h`` but not the ``crt/mma.h`` it includes), else a
+    local toolkit's."""
+    try:
+        import nvidia
+        for base in nvidia.__path__:
+            for inc in sorted(glob.glob(os.path.join(base, "cu*", "include")), reverse=True):
+                if Path(inc, "cuda_fp16.h").exists():
+                    return inc
+    except ImportError:
+        pass
     for root in filter(None, [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME")]):
         if Path(root, "include", "cuda_fp16.h").exists():
             return str(Path(root, "include"))
