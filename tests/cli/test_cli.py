@@ -221,3 +221,20 @@ def test_a_relative_queue_dir_and_price_file_are_saved_absolute(tmp_path, monkey
     runner.invoke(app, ["run", "--model", "gpt-4o", "--prices", "p.yaml"])
     assert saved[0].llm.queue_dir == str(tmp_path / "prompts")
     assert saved[1].llm.prices_file == str(tmp_path / "p.yaml")
+
+
+def test_knowledge_render_writes_the_candidate_the_proposer_would_judge(tmp_path):
+    from ksearch.eval.records import Candidate
+    from ksearch.knowledge import load_pack
+    from ksearch.tasks import load_task
+
+    out = tmp_path / "c.json"
+    r = runner.invoke(app, ["knowledge", "render", "attention-prefill", "--target", "triton", "--path",
+                            "family=flash,exp=exp2,num_stages=2", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    cand = Candidate.model_validate_json(out.read_text())
+    want = load_pack("attention-prefill", "triton").render(load_task("attention-prefill").definition,
+                                                           {"family": "flash", "exp": "exp2"}, {"num_stages": 2})
+    assert cand.sources == want.sources and cand.meta["knobs"]["num_stages"] == 2
+    bad = runner.invoke(app, ["knowledge", "render", "attention-prefill", "--target", "triton", "--path", "exp=nope"])
+    assert bad.exit_code == 2 and "nope" in bad.output

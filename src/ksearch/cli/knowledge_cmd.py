@@ -45,3 +45,47 @@ def show_command(
     out += ["", "## Sources", ""] + [f"- {k}: {v}" for k, v in tmap.sources.items()]
     out += ["", "Other maps: " + ", ".join(f"--from {a} --to {b}" for a, b in available())]
     typer.echo("\n".join(out))
+
+
+@app.command("render")
+def render_command(
+    task: str = typer.Argument(..., help="Built-in task name, task directory or definition file."),
+    target: str = typer.Option("cpu", help="The pack's target: cpu, cuda, triton, mlx-metal, mlx-cuda."),
+    path: str = typer.Option("", "--path", help="Choices and knob values, comma-separated, e.g. "
+                                               "'family=flash,exp=exp2,masking=split-diagonal,num_stages=3' "
+                                               "(a node's path as `ksearch show` prints it; the rest default)."),
+    out: str = typer.Option("", "-o", "--out", help="Write the candidate JSON here (default: stdout)."),
+) -> None:
+    """Render one path of TASK's knowledge pack into a candidate JSON (what the patterns proposer would judge),
+    for `ksearch eval` or a benchmark's --candidate. Choice ids go to their decision, other names are knobs;
+    integer-looking values become integers."""
+    from pathlib import Path
+
+    from ksearch.eval.records import Candidate
+    from ksearch.knowledge import load_pack
+    from ksearch.tasks import load_task
+    from ksearch.targets.base import resolve_target
+
+    t = load_task(task)
+    pack = load_pack(t.name, resolve_target(target))
+    decisions = {d.id for d in pack.decisions} | {"family"}
+    choices, knobs = {}, {}
+    for item in filter(None, (x.strip() for x in path.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise typer.BadParameter(f"{item!r}: expected NAME=VALUE", param_hint="--path")
+        if key in decisions:
+            choices[key] = value
+        else:
+            knobs[key] = int(value) if value.lstrip("-").isdigit() else value
+    kernel = pack.render(t.definition, choices, knobs)  # KnowledgeError: unknown choice/knob, named
+    cand = Candidate(target=pack.target, sources=dict(kernel.sources), entry_point=kernel.entry_point,
+                     compile_flags=list(kernel.compile_flags), launch=dict(kernel.launch),
+                     meta={"proposer": "knowledge render", "pack": kernel.pack, "family": kernel.family,
+                           "choices": kernel.choices, "knobs": kernel.knobs, "task": t.name})
+    text = cand.model_dump_json(indent=2)
+    if out:
+        Path(out).write_text(text + "\n")
+        typer.echo(f"wrote {out}: {pack.name} {kernel.family} {kernel.choices} {kernel.knobs}", err=True)
+    else:
+        typer.echo(text)
