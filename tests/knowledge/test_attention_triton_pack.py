@@ -249,7 +249,8 @@ def test_the_bf16_naive_module_matches_reference_in_interpreter(interpreter, tas
     assert not _failures(excess), excess
 
 
-@pytest.mark.parametrize("task, choices, knobs, shapes", BF16_CASES, ids=[f"{c[0]}-{path_id(c[1:3])}" for c in BF16_CASES])
+@pytest.mark.parametrize("task, choices, knobs, shapes", BF16_CASES,
+                         ids=[f"{c[0]}-{path_id(c[1:3])}" for c in BF16_CASES])
 def test_bf16_paths_match_reference_in_interpreter(pack, interpreter, task, choices, knobs, shapes):
     kernel = pack.render(load_task(task).definition, choices, knobs)
     excess = interpreter(kernel.sources["kernel.py"], task, shapes)

@@ -27,7 +27,8 @@ BF16 = ("attention-prefill-bf16", "attention-prefill-noncausal-bf16")
 TASKS = PREFILL + ("attention-decode",) + BF16
 TARGETS = ("cpu", "cuda", "triton", "mlx-cuda", "mlx-metal")
 #: targets with a naive kernel: no MLX for bfloat16 (the MLX runner refuses it: NumPy has no bfloat16 to hand MLX)
-NAIVE_TARGETS = {**{t: TARGETS for t in PREFILL + ("attention-decode",)}, **{t: ("cpu", "cuda", "triton") for t in BF16}}
+NAIVE_TARGETS = {**{t: TARGETS for t in PREFILL + ("attention-decode",)},
+                 **{t: ("cpu", "cuda", "triton") for t in BF16}}
 FILE = {"cpu": "kernel.c", "cuda": "kernel.cu", "triton": "kernel.py", "mlx-cuda": "kernel.cu",
         "mlx-metal": "kernel.metal"}
 
@@ -90,7 +91,8 @@ def test_the_bf16_tasks_are_the_fp16_ones_with_bfloat16_tensors(fp16, bf16):
     assert da.reference == db.reference and da.constraints == db.constraints
     assert {n: s.dtype for n, s in {**db.inputs, **db.outputs}.items()} == dict.fromkeys("qkvo", "bfloat16")
     assert [s.shape for s in da.inputs.values()] == [s.shape for s in db.inputs.values()]
-    assert [w.model_dump(exclude={"uuid"}) for w in a.workloads] == [w.model_dump(exclude={"uuid"}) for w in b.workloads]
+    assert [w.model_dump(exclude={"uuid"}) for w in a.workloads] == \
+        [w.model_dump(exclude={"uuid"}) for w in b.workloads]
     assert da.cost.model_dump(exclude={"flops_on"}) == db.cost.model_dump(exclude={"flops_on"})
     assert (da.cost.flops_on, db.cost.flops_on) == ("tensor_float16", "tensor_bfloat16")
     assert set(db.tolerance) == {"bfloat16"} and db.tolerance_for("bfloat16").rtol <= 0.016
