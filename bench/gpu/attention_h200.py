@@ -396,7 +396,11 @@ def parse_candidate(spec: str) -> tuple[str, Path]:
 def candidate_impl(task: str, path: Path, workdir: Path, dtype: str) -> Impl:
     cand = json.loads(path.read_text())
     origin = path.parent.parent.name if path.parent.name == "best" else path.stem
-    label = f"searched {cand.get('node_id') or '?'} {cand.get('target')} ({origin})"
+    meta = cand.get("meta") or {}
+    if meta.get("proposer") == "knowledge render":  # `ksearch knowledge render`: a pack path, not a run's best
+        label = f"rendered {meta.get('family')} {cand.get('target')} ({origin})"
+    else:
+        label = f"searched {cand.get('node_id') or '?'} {cand.get('target')} ({origin})"
     source = "".join(s for _, s in sorted(cand["sources"].items()))
     if cand.get("target") == "cuda":
         return cuda_kernel_impl(label, task, source, cand["launch"], list(cand.get("compile_flags") or []), dtype)
@@ -746,11 +750,13 @@ def verdicts(results: dict, ceil: dict) -> list[dict]:
             rows = w["rows"]
             ours = {k: v for k, v in rows.items() if v["group"] == "ksearch"}
             searched = {k: v for k, v in ours.items() if k.startswith("searched")}
-            pool = searched or ours
+            rendered = {k: v for k, v in ours.items() if k.startswith("rendered")}
+            pool = searched or rendered or ours
             if not pool:
                 continue
             best = min(pool, key=lambda k: pool[k]["ms"])
-            stand_in = "" if searched else " (no searched kernel: best ksearch kernel)"
+            stand_in = ("" if searched else " (a pack path given by `ksearch knowledge render`, not a run's best)"
+                        if rendered else " (no searched kernel: best ksearch kernel)")
             if is_decode(task):
                 pct = rows[best]["pct_copy_bw"]
                 out.append({"task": task, "workload": wname, "kernel": best + stand_in, "metric": "% of copy bandwidth",
