@@ -70,9 +70,10 @@ def nvrtc_status() -> str | None:
 
 
 def nvrtc_compile(source: str, options: list[str] | tuple[str, ...] = ("-std=c++17",), arch: str = "sm_90",
-                  names: list[str] | tuple[str, ...] = ()) -> tuple[bool, str]:
+                  names: list[str] | tuple[str, ...] = (), cubin: list | None = None) -> tuple[bool, str]:
     """(compiled, log) for ``source`` under NVRTC with ``options`` plus ``-arch`` and the toolkit's include dir.
-    ``names``: kernel name expressions (``flash_fwd<64, 128>``), instantiated as CuPy's RawModule does."""
+    ``names``: kernel name expressions (``flash_fwd<64, 128>``), instantiated as CuPy's RawModule does.
+    ``cubin``: a list the compiled image (bytes, an ELF cubin for a real ``sm_`` arch) is appended to."""
     lib = _library()
     prog = ctypes.c_void_p()
     rc = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"kernel.cu", 0, None, None)
@@ -87,5 +88,11 @@ def nvrtc_compile(source: str, options: list[str] | tuple[str, ...] = ("-std=c++
     lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
     buf = ctypes.create_string_buffer(size.value)
     lib.nvrtcGetProgramLog(prog, buf)
+    if rc == 0 and cubin is not None:
+        n = ctypes.c_size_t()
+        lib.nvrtcGetCUBINSize(prog, ctypes.byref(n))
+        image = ctypes.create_string_buffer(n.value)
+        lib.nvrtcGetCUBIN(prog, image)
+        cubin.append(image.raw)
     lib.nvrtcDestroyProgram(ctypes.byref(prog))
     return rc == 0, buf.value.decode(errors="replace")

@@ -12,6 +12,7 @@ from ksearch.eval.records import Candidate
 from ksearch.knowledge import load_pack
 from ksearch.targets import cuda_launch
 from ksearch.targets.cuda import BASE_OPTIONS, combined_source
+from ksearch.targets.cuda_checks import module_state
 from ksearch.tasks import load_task
 from ksearch.tasks.loader import builtin_names
 
@@ -44,10 +45,24 @@ def _kernels():
 def test_shipped_cuda_kernels_compile_under_nvrtc():
     kernels = _kernels()
     assert len(kernels) >= 8
+    images = [[] for _ in kernels]
     with ThreadPoolExecutor(2) as pool:  # ctypes releases the GIL during the compile
-        results = list(pool.map(lambda k: nvrtc_compile(k[1], k[2], names=k[3]), kernels))
+        results = list(pool.map(lambda ki: nvrtc_compile(ki[0][1], ki[0][2], names=ki[0][3], cubin=ki[1]),
+                                zip(kernels, images)))
     failed = {label: log[:1500] for (label, *_), (ok, log) in zip(kernels, results) if not ok}
     assert not failed, failed
+    # the judge rejects a module with state that persists between calls (cuda_checks.module_state): so would the
+    # GPU machine's worker (a file-scope constexpr float became a .nv.global object under NVRTC there)
+    stateful = {label: module_state(img[0]) for (label, *_), img in zip(kernels, images) if module_state(img[0])}
+    assert not stateful, stateful
+
+
+def test_module_state_is_seen_in_an_nvrtc_cubin():
+    images = []
+    ok, log = nvrtc_compile('constexpr float UNIT = 1.5f;\n__device__ float g;\nextern "C" __global__ void f(float *x) '
+                            '{ g += x[0]; x[0] = g * UNIT; }', cubin=images)
+    assert ok, log
+    assert "g" in module_state(images[0])
 
 
 def test_nvrtc_rejects_what_nvcc_would_accept():
