@@ -3,10 +3,10 @@ single move from a family's root renders, passes the cuda static rules and limit
 resolves for every workload of both tasks (exactly one launch runs on each), and the distinct sources compile with
 nvcc -arch=sm_90 without spills over 64 bytes (skipped without nvcc). The templates are ready for the bfloat16
 tasks (not in the pack's `tasks` yet): those renders pass the static rules and compile under NVRTC with pip's CUDA
-headers. The flash kernel's tile loop is emulated in NumPy lane by lane through models of the PTX instructions it
-uses (mma.m16n8k16 fragments and ldmatrix, as the PTX ISA defines them) against the tasks' float64 references, in
-float16 and bfloat16, and deliberate layout bugs are shown to fail: this checks the fragment indexing the kernel
-spells out, not the CUDA code's execution. Nothing here has run on a GPU."""
+headers, without module state. The flash kernel's tile loop is emulated in NumPy lane by lane through models of the
+PTX instructions it uses (mma.m16n8k16 fragments and ldmatrix, as the PTX ISA defines them) against the tasks'
+float64 references, in float16 and bfloat16, and deliberate layout bugs are shown to fail: this checks the
+fragment indexing the kernel spells out, not the CUDA code's execution. Nothing here has run on a GPU."""
 
 import os
 import re
@@ -103,13 +103,17 @@ def test_bf16_renders_compile_under_nvrtc(bf16_pack):
     """As tests/targets/test_nvrtc.py does for the float16 tasks: pip's CUDA headers, sm_90, the launch plan's
     kernel name expressions instantiated."""
     from ksearch.targets.cuda import BASE_OPTIONS, combined_source
+    from ksearch.targets.cuda_checks import module_state
 
     d = load_task(BF16_TASKS[0]).definition
     for fam in ("naive-rows", "flash"):
         k = bf16_pack.render(d, {"family": fam}, {})
         names = cuda_launch.parse_plan(k.launch, d).kernel_names()
-        ok, log = nvrtc_compile(combined_source(_candidate(k)), [*BASE_OPTIONS, *k.compile_flags], names=names)
+        images = []
+        ok, log = nvrtc_compile(combined_source(_candidate(k)), [*BASE_OPTIONS, *k.compile_flags], names=names,
+                                cubin=images)
         assert ok, f"{fam}: {log[:3000]}"
+        assert not module_state(images[0]), fam   # no module state (the judge rejects it)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
