@@ -217,11 +217,56 @@ def _round(x, dtype):
     return np.asarray(x, np.float64).astype(np.float16).astype(np.float64)
 
 
-#: the kernel's ldmatrix lane addressing (a_off, k_off in flash.cu.j2), as (row, column) in the 16x16 block:
-#: Q (A) and V (B of P V, .trans): matrices (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15);
-#: K (B of Q K^T): (keys 0-7, cols 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15).
-A_ROW, A_COL = LANE & 15, (LANE >> 4) * 8
-K_ROW, K_COL = (LANE & 7) + (LANE >> 4) * 8, ((LANE >> 3) & 1) * 8
+def _kernel_source():
+    return load_pack("attention-prefill", "cuda").render(load_task(TASKS[0]).definition, {"family": "flash"},
+                                                         {}).sources["kernel.cu"]
+
+
+def _lane_addressing(src):
+    """The kernel's ldmatrix lane addresses (a_off for Q and V, k_off for K in flash.cu.j2), read from the
+    rendered source and evaluated for the 32 lanes (C's &, >>, * and + on small ints are Python's): (row, column)
+    in the 16x16 block each lane points at, as ((a_row, a_col), (k_row, k_col))."""
+    ldh = 1 << 12
+    out = []
+    for name in ("a_off", "k_off"):
+        expr = re.search(rf"const unsigned {name} = 2u \* \((.+)\);", src).group(1)
+        off = eval(expr, {"lane": LANE, "LDH": ldh})
+        out.append(divmod(off, ldh))
+    return out
+
+
+def _p_registers(src):
+    """The A fragment of P V as the kernel packs it: for each of its 4 registers, (n-tile offset from 2 kk, the
+    two C elements), read from the rendered source's pack2(sacc[..][..], sacc[..][..]) list."""
+    calls = re.findall(r"pack2\(sacc\[2 \* kk( \+ 1)?\]\[(\d)\], sacc\[2 \* kk( \+ 1)?\]\[(\d)\]\)", src)
+    assert len(calls) == 4 and all(a == b for a, _, b, _ in calls), calls
+    return [(1 if a else 0, int(e0), int(e1)) for a, e0, _, e1 in calls]
+
+
+SRC = _kernel_source()
+(A_ROW, A_COL), (K_ROW, K_COL) = _lane_addressing(SRC)
+P_REGS = _p_registers(SRC)
+
+
+def test_the_emulated_addressing_is_the_kernels():
+    """The emulation below runs the lane addresses and the P packing read from the rendered kernel; they are the
+    ones the ldmatrix and mma fragment maps call for (Q and V: matrices (rows 0-7, cols 0-7), (8-15, 0-7),
+    (0-7, 8-15), (8-15, 8-15); K: (keys 0-7, cols 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15)); the kernel
+    loads Q and K without .trans, V with it, through the PTX named, and spells the per-step offsets, the mma calls
+    and the mask as _flash_fragments mirrors them."""
+    assert (A_ROW == LANE % 16).all() and (A_COL == LANE // 16 * 8).all()
+    assert (K_ROW == LANE % 8 + LANE // 16 * 8).all() and (K_COL == LANE // 8 % 2 * 8).all()
+    assert P_REGS == [(0, 0, 1), (0, 2, 3), (1, 0, 1), (1, 2, 3)]
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in SRC
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in SRC
+    assert "ldsm_x4(qa, " in SRC and "ldsm_x4(kb, " in SRC and "ldsm_x4_trans(vb, " in SRC
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in SRC
+    for call in ("mma16816(sacc[2 * jj], qa, kb[0], kb[1])", "mma16816(sacc[2 * jj + 1], qa, kb[2], kb[3])",
+                 "mma16816(oacc[2 * dp], pa, vb[0], vb[1])", "mma16816(oacc[2 * dp + 1], pa, vb[2], vb[3])",
+                 "q_sa + 32u * kd", "k_sa + 2u * (jj * 16 * LDH + kd * 16)", "v_sa + 2u * (kk * 16 * LDH + dp * 16)",
+                 "const int c = 8 * j + 2 * tq + (e & 1), rr = g + 8 * (e >> 1);",
+                 "if (c >= kvalid || (CAUSAL && c - rr > diag)) x = neg_inf();"):
+        assert call in SRC, call
 
 
 def _flash_fragments(q, k, v, causal, BM, BN, dtype="float16", masking="diagonal-only", exp2=True,
@@ -291,7 +336,7 @@ def _flash_fragments(q, k, v, causal, BM, BN, dtype="float16", masking="diagonal
                     lrow = lrow * alpha + np.stack([p[:, :, :2].sum(axis=(1, 2)), p[:, :, 2:].sum(axis=(1, 2))], 1)
                     oacc *= alpha[:, None, half]
                     for kk in range(NS // 2):
-                        regs = [p[:, 2 * kk, :2], p[:, 2 * kk, 2:], p[:, 2 * kk + 1, :2], p[:, 2 * kk + 1, 2:]]
+                        regs = [p[:, 2 * kk + n, [e0, e1]] for n, e0, e1 in P_REGS]
                         if wrong == "p-order":
                             regs[1], regs[2] = regs[2], regs[1]
                         pa = _round(np.stack(regs, axis=1), dtype)
