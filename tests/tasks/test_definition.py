@@ -188,6 +188,8 @@ def test_definition_ranges_const_axes_and_cost_expressions_are_checked(tmp_path)
         load_task(_task_dir(tmp_path, mutate=lambda d: d["axes"]["batch"].update(min=9)))
     with pytest.raises(TaskError, match="cost"):
         load_task(_task_dir(tmp_path / "b", mutate=lambda d: d["cost"].update(flops="batch *")))
+    with pytest.raises(TaskError, match="flops_on 'tensor_fp16' is not a peak_flops key"):
+        load_task(_task_dir(tmp_path / "c", mutate=lambda d: d["cost"].update(flops_on="tensor_fp16")))
     d = Definition.model_validate({**FIB_DEFINITION, "cost": {"flops": "batch_size / (page_size - 1)"}})
     w = Workload(axes={"batch_size": 2, "num_pages": 10, "len_indptr": 3, "num_kv_indices": 10})
     with pytest.raises(TaskError, match="ZeroDivisionError"):
@@ -240,3 +242,10 @@ def test_a_distribution_that_cannot_draw_finite_values_is_refused_at_load(dist):
     not reproduced') or a traceback from numpy at the first draw; the workload line is refused instead."""
     with pytest.raises(ValueError):
         Workload.model_validate({"axes": AXES, "distributions": {"delta": dist}})
+
+
+def test_flops_on_keys_are_the_hardware_catalogs_peak_flops_keys():
+    from ksearch.hardware.catalog import FIGURES
+    from ksearch.tasks.definition import FLOPS_ON_KEYS
+
+    assert set(FLOPS_ON_KEYS) == {k.removeprefix("peak_flops.") for k in FIGURES if k.startswith("peak_flops.")}

@@ -27,6 +27,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ksearch.errors import TaskError
 
+#: The ``peak_flops`` keys a cost model's ``flops_on`` may name: the hardware catalog's (``ksearch.hardware.catalog
+#: FIGURES``; a test keeps the two in step): plain dtypes are vector/SIMD rates, ``tensor_*`` matrix-unit rates.
+FLOPS_ON_KEYS: tuple[str, ...] = ("float32", "float16", "bfloat16", "float64", "tensor_float64", "tensor_tf32",
+                                  "tensor_float16", "tensor_bfloat16", "tensor_float8", "tensor_float4")
+
 #: dtype name -> bytes per element. Names as flashinfer-bench spells them.
 DTYPE_BYTES: dict[str, float] = {
     "float64": 8,
@@ -164,6 +169,8 @@ class CostModel(_Record):
         for expr in (self.bytes, self.flops, self.transcendentals):
             if expr is not None:
                 _compile_expr(expr)
+        if self.flops_on not in FLOPS_ON_KEYS:  # a typo would silently drop (GPU) or change (CPU) the compute term
+            raise ValueError(f"flops_on {self.flops_on!r} is not a peak_flops key: one of {list(FLOPS_ON_KEYS)}")
         return self
 
 
