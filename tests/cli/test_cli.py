@@ -238,3 +238,11 @@ def test_knowledge_render_writes_the_candidate_the_proposer_would_judge(tmp_path
     assert cand.sources == want.sources and cand.meta["knobs"]["num_stages"] == 2
     bad = runner.invoke(app, ["knowledge", "render", "attention-prefill", "--target", "triton", "--path", "exp=nope"])
     assert "unknown choice 'nope'" in str(bad.exception)  # main() prints KnowledgeError as one line, exit 2
+
+
+def test_knowledge_render_to_a_path_it_cannot_write_is_a_user_error(tmp_path):
+    from ksearch.errors import KnowledgeError
+
+    r = runner.invoke(app, ["knowledge", "render", "attention-prefill", "--path", "family=naive-rows",
+                            "-o", str(tmp_path / "missing" / "c.json")])
+    assert isinstance(r.exception, KnowledgeError) and "cannot write" in str(r.exception)  # main(): exit 2

@@ -61,6 +61,7 @@ def render_command(
     integer-looking values become integers."""
     from pathlib import Path
 
+    from ksearch.errors import KnowledgeError
     from ksearch.eval.records import Candidate
     from ksearch.knowledge import load_pack
     from ksearch.tasks import load_task
@@ -85,7 +86,10 @@ def render_command(
                            "choices": kernel.choices, "knobs": kernel.knobs, "task": t.name})
     text = cand.model_dump_json(indent=2)
     if out:
-        Path(out).write_text(text + "\n")
+        try:
+            Path(out).write_text(text + "\n")
+        except OSError as e:
+            raise KnowledgeError(f"cannot write {out}: {e.strerror}") from None
         typer.echo(f"wrote {out}: {pack.name} {kernel.family} {kernel.choices} {kernel.knobs}", err=True)
     else:
         typer.echo(text)
