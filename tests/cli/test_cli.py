@@ -246,3 +246,9 @@ def test_knowledge_render_to_a_path_it_cannot_write_is_a_user_error(tmp_path):
     r = runner.invoke(app, ["knowledge", "render", "attention-prefill", "--path", "family=naive-rows",
                             "-o", str(tmp_path / "missing" / "c.json")])
     assert isinstance(r.exception, KnowledgeError) and "cannot write" in str(r.exception)  # main(): exit 2
+
+
+def test_knowledge_render_refuses_a_name_given_twice():
+    r = runner.invoke(app, ["knowledge", "render", "attention-prefill",
+                            "--path", "family=online-tiles,family=naive-rows"])
+    assert r.exit_code == 2 and "given twice" in r.output

@@ -75,6 +75,8 @@ def render_command(
         key, sep, value = item.partition("=")
         if not sep or not key or not value:
             raise typer.BadParameter(f"{item!r}: expected NAME=VALUE", param_hint="--path")
+        if key in choices or key in knobs:
+            raise typer.BadParameter(f"{key!r} given twice", param_hint="--path")
         if key in decisions:
             choices[key] = value
         else:
