@@ -252,3 +252,29 @@ def test_knowledge_render_refuses_a_name_given_twice():
     r = runner.invoke(app, ["knowledge", "render", "attention-prefill",
                             "--path", "family=online-tiles,family=naive-rows"])
     assert r.exit_code == 2 and "given twice" in r.output
+
+
+def test_eval_takes_a_rendered_candidate_json_as_it_is(tmp_path, monkeypatch):
+    import ksearch.cli.eval_cmd as eval_cmd
+    import ksearch.hardware.cache as cache
+    from ksearch.eval.records import Candidate
+
+    judged = []
+
+    class Judge:  # records what would be judged, judges nothing
+        def __init__(self, *a, **k):
+            pass
+
+        def evaluate(self, candidate, names):
+            judged.append(candidate)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(cache, "spec_for_target", lambda target: None)
+    monkeypatch.setattr(eval_cmd, "Evaluator", Judge)
+    c = tmp_path / "c.json"
+    r = runner.invoke(app, ["knowledge", "render", "attention-prefill", "--path", "family=online-tiles", "-o", str(c)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["eval", "attention-prefill", str(c), "-w", "mha-odd", "--no-naive"])
+    assert r.exit_code == 130 and judged[0] == Candidate.model_validate_json(c.read_text())  # not a C file "c.json"
+    r = runner.invoke(app, ["eval", "attention-prefill", str(c), "--target", "mlx-metal"])
+    assert "is a candidate for target 'cpu'" in str(r.exception)

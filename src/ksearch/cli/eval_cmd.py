@@ -23,7 +23,9 @@ console = Console(stderr=True)
 
 def eval_command(
     task: str = typer.Argument(..., help="Built-in task name, task directory or definition file."),
-    kernel: Path = typer.Argument(..., help="Kernel source file (.c/.cpp for cpu, .cu for cuda, .py for triton)."),
+    kernel: Path = typer.Argument(..., help="Kernel source file (.c/.cpp for cpu, .cu for cuda, .py for triton), or "
+                                  "a candidate JSON (`ksearch knowledge render -o`, a run's best/candidate.json: "
+                                  "its sources, entry point, flags and launch plan as they are)."),
     target: str = typer.Option("cpu", help="Target that compiles and runs the kernel: cpu, cuda, triton, mlx (mlx-metal or mlx-cuda, whichever this machine has)."),
     workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all)."),
     seeds: int = typer.Option(3, min=1, help="Correctness checks per workload, each on fresh random inputs."),
@@ -47,9 +49,18 @@ def eval_command(
         raise TaskError(f"cannot read kernel file {kernel}: {e.strerror}") from None
     except UnicodeDecodeError as e:
         raise TaskError(f"kernel file {kernel} is not UTF-8 text (byte {e.start}: {e.reason})") from None
+    given = None
+    if kernel.suffix == ".json":  # a whole candidate: sources, entry point, flags and launch plan
+        try:
+            given = Candidate.model_validate_json(source)
+        except ValueError as e:
+            raise TaskError(f"{kernel} is not a candidate JSON: {str(e).splitlines()[0]}") from None
     names = [n.strip() for n in workloads.split(",") if n.strip()] or None
     selected = t.select(names)
     target = resolve_target(target)
+    if given is not None and given.target != target:
+        raise TaskError(f"{kernel} is a candidate for target {given.target!r}, not {target!r}: "
+                        f"pass --target {given.target}")
     if target != "cpu":  # a GPU target says what is missing (torch, triton, cupy, a device) before anything runs
         why = get_target(target).available()
         if why:
@@ -59,7 +70,8 @@ def eval_command(
     if not as_json:
         console.print("[dim]hardware: loading the cached spec (first use measures the ceilings, ~10 s)…[/]")
     hardware = spec_for_target(target)
-    plan = _launch_plan(kernel, launch, target) if target in ("cuda", "mlx-cuda", "mlx-metal") else {}
+    gpu = target in ("cuda", "mlx-cuda", "mlx-metal")
+    plan = _launch_plan(kernel, launch, target) if gpu and given is None else {}
     if namespaces not in ("auto", "no-user", "off"):
         raise TaskError(f"--namespaces must be auto, no-user or off, not {namespaces!r}")
     base = secrets.randbits(62) if seed is None else seed
@@ -75,8 +87,8 @@ def eval_command(
             naive_ev = None
             if naive and target in t.naive_sources:
                 naive_ev = ev_.measure_naive(selected)
-            candidate = Candidate(target=target, sources={kernel.name: source}, entry_point=entry,
-                                  compile_flags=flags.split(), launch=plan)
+            candidate = given or Candidate(target=target, sources={kernel.name: source}, entry_point=entry,
+                                           compile_flags=flags.split(), launch=plan)
             result = ev_.evaluate(candidate, names)
     except KeyboardInterrupt:
         console.print("interrupted: the evaluation was stopped and its worker killed; nothing was saved")
