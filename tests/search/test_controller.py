@@ -193,6 +193,6 @@ def test_time_limit_stops_starting_steps_and_resume_goes_on(tmp_path, monkeypatc
     c = make(tmp_path, budget=12)
     c.start()
     c.run(time_limit_s=35)  # deadline at t=35: checks at 10, 20, 30 start steps, the one at 40 stops
-    assert c.evaluations == 3
+    assert c.evaluations == 3 and c.end_status() == "time-limit"  # the run's status: not "exhausted"
     c.run()  # no limit: the rest of the budget (what `ksearch resume` does)
-    assert c.evaluations == 12
+    assert c.evaluations == 12 and c.end_status() == "finished"

@@ -78,6 +78,9 @@ def _drive(session: Session, as_json: bool, time_limit_s: float | None = None) -
             raise typer.Exit(3) from None
         bar.update(job, now="done")
     _print_summary(session, summary, as_json)
+    if c.time_limited and not as_json:  # the bar's line is overwritten by the final stage: say it at the end
+        err.print(f"stopped by the time limit ({time_limit_s:g} s) after {c.evaluations} of {session.cfg.budget} "
+                  f"evaluations; continue with [bold]ksearch resume {session.run_id}[/]", highlight=False)
 
 
 def _best(c) -> str:

@@ -129,6 +129,7 @@ class Controller:
                  progress: Callable[[str], None] | None = None):
         self.store, self.task, self.evaluator, self.proposer, self.cfg = store, task, evaluator, proposer, cfg
         self.progress = progress or (lambda msg: None)
+        self.time_limited = False  # the last run() stopped at its time limit, budget left
         self.tree: Tree = Tree.new()
         self.state = SearchState()
         selected = task.select(cfg.workloads)
@@ -198,18 +199,24 @@ class Controller:
     def done(self) -> bool:
         return self.evaluations >= self.cfg.budget
 
+    def end_status(self) -> str:
+        """The run's status once the search loop is over: ``finished`` (budget spent), ``time-limit`` (stopped by
+        run()'s time limit: resumable) or ``exhausted`` (no action left, or a proposer repeating itself)."""
+        return "finished" if self.done() else "time-limit" if self.time_limited else "exhausted"
+
     def run(self, on_step: Callable[[StepReport], None] | None = None, time_limit_s: float | None = None) -> None:
         """Steps until the budget is spent, no action is left, `MAX_IDLE_STEPS` steps in a row judged nothing
         new (a proposer that keeps writing kernels already judged: the budget counts judged kernels, so without
         this bound such a run would never end), or ``time_limit_s`` seconds (wall clock, from this call) have
         passed: no new step starts after that, the one under way finishes. Ctrl-C propagates after the store is
         safe."""
-        idle = 0
+        idle, self.time_limited = 0, False
         deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
         while not self.done():
             if deadline is not None and time.monotonic() >= deadline:
                 self.progress(f"stopping: the time limit ({time_limit_s:g} s) is spent after "
                               f"{self.evaluations} of {self.cfg.budget} evaluations")
+                self.time_limited = True
                 break
             try:
                 report = self.step()

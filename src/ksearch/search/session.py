@@ -160,7 +160,7 @@ class Session:
                 (out / name).write_text(text)
             (out / "candidate.json").write_text(best[1].model_dump_json(indent=2))
             source_path = str(out / next(iter(best[1].sources)))
-        self.store.set_status("finished" if c.done() else "exhausted")
+        self.store.set_status(c.end_status())
         best_eval = Evaluation.model_validate(final["best"]) if final.get("best") else None
         return final_summary(self.store.run(), c.evaluations, best[0] if best else None, best_id,
                              Evaluation.model_validate(final["naive"]), best_eval, final["reference"],
