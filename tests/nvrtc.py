@@ -52,10 +52,13 @@ def _library():
             found = sorted(glob.glob(os.path.join(base, "cu*", "lib", "libnvrtc.so.*")))
             found = [f for f in found if "alt" not in f and "builtins" not in f]
             if found:
-                for builtins in glob.glob(os.path.join(os.path.dirname(found[0]), "libnvrtc-builtins.so.*")):
-                    if "alt" not in builtins:  # NVRTC dlopens it by name: load it first, globally
-                        ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
-                _LIB = ctypes.CDLL(found[0])
+                try:
+                    for builtins in glob.glob(os.path.join(os.path.dirname(found[0]), "libnvrtc-builtins.so.*")):
+                        if "alt" not in builtins:  # NVRTC dlopens it by name: load it first, globally
+                            ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
+                    _LIB = ctypes.CDLL(found[0])
+                except OSError:  # a library that does not load here (glibc, architecture): as if missing
+                    return None
                 break
     return _LIB
 

@@ -74,3 +74,20 @@ def test_measured_gpu_spec_gains_the_catalog_tensor_peaks(tiny_spec):
     assert "catalog" in spec.source_of("peak_flops.tensor_float16")
     unknown = tiny_spec.model_copy(update={"kind": "gpu", "model": "Some Future GPU"})
     assert with_catalog_tensor_peaks(unknown) == unknown
+
+
+def test_evaluator_without_the_tasks_peak_records_no_floor_instead_of_crashing(tiny_spec):
+    from types import SimpleNamespace
+
+    from ksearch.eval.evaluator import Evaluator
+    from ksearch.eval.records import Status, WorkloadResult
+    from ksearch.tasks import load_task
+
+    task = load_task("attention-prefill")
+    definition = task.definition.model_copy(update={"cost": task.definition.cost.model_copy(
+        update={"flops_on": "float16"})})  # a valid key this CPU spec lacks
+    said = []
+    ev = SimpleNamespace(definition=definition, hardware=tiny_spec, progress=said.append)
+    res = WorkloadResult(workload="mha-odd", status=Status.PASSED, median_ms=1.0)
+    Evaluator._roofline(ev, task.workload("mha-odd"), res)
+    assert res.floor_ms is None and res.achieved_gbs > 0 and "no roofline floor" in said[0]

@@ -189,7 +189,7 @@ def test_time_limit_stops_starting_steps_and_resume_goes_on(tmp_path, monkeypatc
     import ksearch.search.controller as controller
 
     clock = iter(range(0, 1000, 10))  # each monotonic() call: 10 s later
-    monkeypatch.setattr(controller.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(controller, "clock", lambda: next(clock))
     c = make(tmp_path, budget=12)
     c.start()
     c.run(time_limit_s=35)  # deadline at t=35: checks at 10, 20, 30 start steps, the one at 40 stops

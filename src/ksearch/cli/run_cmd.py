@@ -128,7 +128,8 @@ def run_command(
     time_limit: float | None = typer.Option(None, "--time-limit", min=1.0,
                                             help="Seconds of search (wall clock) after which no new evaluation "
                                                  "starts; the final stage (hidden workloads, side-by-side timing) "
-                                                 "still runs. The run stays resumable with a larger budget."),
+                                                 "still runs and is not bounded: leave it time (on a GPU with "
+                                                 "large workloads, minutes). The run stays resumable."),
     stagnation: int = typer.Option(5, min=1, help="Evaluations without a new best before backing off to "
                                                    "a competing branch."),
     model: str = typer.Option("", help="llm proposer: the model for planner and coder (implies --proposer llm)."),
@@ -232,7 +233,8 @@ def resume_command(
     time_limit: float | None = typer.Option(None, "--time-limit", min=1.0,
                                             help="Seconds of search (wall clock) after which no new evaluation "
                                                  "starts; the final stage (hidden workloads, side-by-side timing) "
-                                                 "still runs. The run stays resumable with a larger budget."),
+                                                 "still runs and is not bounded: leave it time (on a GPU with "
+                                                 "large workloads, minutes). The run stays resumable."),
     as_json: bool = typer.Option(False, "--json", help="Print the final summary as one JSON object."),
 ) -> None:
     """Continue an interrupted (or stopped) run where its last committed evaluation left off."""

@@ -430,9 +430,14 @@ class Evaluator:
         res.achieved_gbs = cost.bytes / seconds / 1e9 if seconds > 0 else None
         if self.hardware is None:
             return
+        from ksearch.errors import HardwareError
         from ksearch.hardware.roofline import pct_of_floor, roofline
 
-        roof = roofline(cost.bytes, cost.flops, cost.transcendentals, self.hardware, dtype=cost.flops_on)
+        try:
+            roof = roofline(cost.bytes, cost.flops, cost.transcendentals, self.hardware, dtype=cost.flops_on)
+        except HardwareError as e:  # the spec has no peak for the task's flops_on: no floor, the timing stands
+            self.progress(f"{wl.name}: no roofline floor: {e}")
+            return
         res.floor_ms, res.bound = roof.floor_s * 1e3, roof.bound
         res.pct_of_floor = pct_of_floor(seconds, roof.floor_s)
 

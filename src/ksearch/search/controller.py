@@ -31,6 +31,9 @@ from ksearch.search.worldmodel import ROOT_ID, EvalSummary, Tree, attach
 from ksearch.store.db import Store
 
 
+#: the clock of --time-limit (a module attribute, so tests can replace it without touching the time module)
+clock = time.monotonic
+
 #: consecutive steps without a new evaluation after which a run ends (see `Controller.run`)
 MAX_IDLE_STEPS = 25
 
@@ -211,9 +214,9 @@ class Controller:
         passed: no new step starts after that, the one under way finishes. Ctrl-C propagates after the store is
         safe."""
         idle, self.time_limited = 0, False
-        deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
+        deadline = None if time_limit_s is None else clock() + time_limit_s
         while not self.done():
-            if deadline is not None and time.monotonic() >= deadline:
+            if deadline is not None and clock() >= deadline:
                 self.progress(f"stopping: the time limit ({time_limit_s:g} s) is spent after "
                               f"{self.evaluations} of {self.cfg.budget} evaluations")
                 self.time_limited = True
