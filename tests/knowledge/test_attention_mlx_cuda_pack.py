@@ -174,21 +174,29 @@ def test_the_device_function_is_the_cuda_kernel_with_other_qualifiers(task_name,
     assert ("__global__" in rest) == (family in ("flash", "split-kv")), rest
 
 
-def _units() -> list[tuple[str, Candidate, object, dict]]:
-    """(label, candidate, definition, axes) for each family's root and each bucket the tasks' workloads reach
-    (flash: HDP 64 and 128, and 256 from a hidden head_dim; split-kv: the (HDP, GM) pairs)."""
+def _units() -> list[tuple[str, Candidate, object, dict, bool]]:
+    """(label, candidate, definition, axes, first) for each family's root at the first workload of each task
+    (``first``), and the other buckets of the causal flash kernel (HDP 64, 128, 256) and the corner buckets of
+    split-kv ((HDP, GM) = (64, 1), (256, 8)): every instantiation kind MLX would compile, without compiling each
+    one per task (a few seconds of NVRTC)."""
     out = []
     for task_name in [*PREFILL, DECODE]:
-        task, pack = load_task(task_name), load_pack(task_name, "mlx-cuda")
+        task, pack = _task(task_name), _pack(task_name, "mlx-cuda")
+        first = _axes(task)[0]
         for fam in pack.families:
-            k = pack.render(task.definition, {"family": fam.id}, {})
-            c = _mlx(k)
-            plan = mlxt.parse_launch(k.launch, task.definition, "mlx-cuda")
-            axes = [ax for ax in _axes(task) if ax["head_dim"] in (64, 128, 256)]
+            c = _mlx(pack.render(task.definition, {"family": fam.id}, {}))
+            plan = mlxt.parse_launch(c.launch, task.definition, "mlx-cuda")
+            extra = []
+            if (task_name, fam.id) == ("attention-prefill", "flash"):
+                extra = [{**first, "head_dim": hd} for hd in (64, 128, 256)]
+            elif fam.id == "split-kv":
+                extra = [{**first, "head_dim": 64, "q_heads": first["kv_heads"]},
+                         {**first, "head_dim": 256, "q_heads": 8 * first["kv_heads"]}]
             seen = {}
-            for ax in axes:
+            for ax in [first, *extra]:
                 seen.setdefault(mlxt.resolve_launch(plan, ax).template, ax)
-            out += [(f"{task_name}:{fam.id}:{dict(t)}", c, task.definition, ax) for t, ax in seen.items()]
+            out += [(f"{task_name}:{fam.id}:{dict(t)}", c, task.definition, ax, ax is first)
+                    for t, ax in seen.items()]
     return out
 
 
@@ -203,12 +211,14 @@ def test_what_mlx_compiles_compiles_under_nvrtc(units):
     NVRTC too), with MLX's `inf` macro defined."""
     from ksearch.targets.cuda_checks import module_state
 
-    assert len(units) >= 8
-    assert {lab.split(":")[1] for lab, *_ in units} == {"naive-rows", "flash", "naive-heads", "split-kv"}
+    labels = [lab for lab, *_ in units]
+    assert {lab.split(":")[1] for lab in labels} == {"naive-rows", "flash", "naive-heads", "split-kv"}
+    for bucket in ("{'HDP': 64}", "{'HDP': 128}", "{'HDP': 256}", "{'HDP': 64, 'GM': 1}", "{'HDP': 256, 'GM': 8}"):
+        assert any(lab.endswith(bucket) for lab in labels), (bucket, labels)
     images = [[] for _ in units]
 
     def compile_one(i):
-        _, c, d, ax = units[i]
+        _, c, d, ax, _ = units[i]
         return nvrtc_compile(mlxt.mlx_cuda_translation_unit(c, d, ax, prelude=NVRTC_PRELUDE + INF_MACRO),
                              ["-std=c++17"], cubin=images[i])
 
@@ -222,10 +232,11 @@ def test_what_mlx_compiles_compiles_under_nvrtc(units):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_what_mlx_compiles_compiles_with_nvcc(units, tmp_path):
-    """The same translation units in one file (each in its own namespace, its macros undefined after it), compiled
-    for sm_90 by nvcc with the prelude that stands in for MLX's device header."""
+    """The family roots' translation units at each task's first workload in one file (each in its own namespace,
+    its macros undefined after it), compiled for sm_90 by nvcc with the prelude that stands in for MLX's device
+    header (the other buckets: NVRTC above)."""
     parts = []
-    for i, (_, c, d, ax) in enumerate(units):
+    for i, (_, c, d, ax, _) in enumerate(u for u in units if u[4]):
         tu = mlxt.mlx_cuda_translation_unit(c, d, ax, prelude="")
         undef = "".join(f"#undef {m}\n" for m in sorted(set(re.findall(r"^\s*#define\s+(\w+)", tu, re.M))))
         parts.append(f"namespace unit{i} {{\n{tu}}}\n{undef}")
