@@ -7,10 +7,10 @@ every check workload by the evaluator (poisoned outputs, two seeds) and timed on
 
 import pytest
 
-from ksearch.eval.records import Candidate, Status
 from ksearch.knowledge import load_pack
 from ksearch.tasks import load_task
 
+from .gpu_judge import check_and_time, evaluate, naive_candidate, pack_candidate  # noqa: F401 (fixture)
 from .paths import path_id, single_moves
 
 pytestmark = pytest.mark.cuda
@@ -29,53 +29,14 @@ def _moves(target):
 CASES = _moves("cuda") + _moves("triton")
 
 
-@pytest.fixture(scope="module")
-def evaluate():
-    """evaluate(target, candidate, workloads): one evaluator per target for the module, so the float64 references
-    are computed once."""
-    from ksearch.eval.evaluator import EvalConfig, Evaluator
-
-    evaluators = {}
-    task = load_task(TASK)
-
-    def run(target, candidate, workloads):
-        if target not in evaluators:
-            evaluators[target] = Evaluator(task, target, None, EvalConfig(seeds=[1, 2]))
-        return evaluators[target].evaluate(candidate, workloads)
-    yield run
-    for ev in evaluators.values():
-        ev.close()
-
-
-def _check(evaluate, target, cand, label):
-    task = load_task(TASK)
-    checks = [w.name for w in task.workloads if w.purpose == "check"]
-    result = evaluate(target, cand, checks + [BENCH])
-    bench = [w for w in result.workloads if w.workload == BENCH]
-    ms = bench[0].median_ms if bench and bench[0].median_ms else float("nan")
-    print(f"\nGPU {TASK} {target} {label}: {result.status.value} {ms:.4f} ms on {BENCH} "
-          f"({FLOOR_MS / ms:.0%} of the copy-bandwidth floor)")
-    assert result.status is Status.PASSED, f"{label}: {result.message}"[:4000]
-
-
 @pytest.mark.parametrize("target", TARGETS)
 def test_naive_kernel_passes(evaluate, target):
     t = load_task(TASK)
-    if target == "cuda":
-        cand = Candidate(target="cuda", sources={"kernel.cu": t.naive_sources["cuda"]}, launch=t.naive_launch["cuda"])
-    else:
-        cand = Candidate(target="triton", sources={"kernel.py": t.naive_sources["triton"]}, entry_point="run")
-    _check(evaluate, target, cand, "naive")
+    check_and_time(evaluate, t, target, naive_candidate(t, target), "naive", BENCH, FLOOR_MS)
 
 
 @pytest.mark.parametrize("target, path", CASES, ids=[f"{t}:{path_id(p)}" for t, p in CASES])
 def test_single_move_passes(evaluate, target, path):
     t = load_task(TASK)
     k = load_pack(TASK, target).render(t.definition, *path)
-    if target == "cuda":
-        cand = Candidate(target="cuda", sources=dict(k.sources), entry_point="run", launch=k.launch,
-                         compile_flags=list(k.compile_flags))
-    else:
-        cand = Candidate(target="triton", sources=dict(k.sources), entry_point="run",
-                         compile_flags=list(k.compile_flags))
-    _check(evaluate, target, cand, path_id(path))
+    check_and_time(evaluate, t, target, pack_candidate(k, target), path_id(path), BENCH, FLOOR_MS)

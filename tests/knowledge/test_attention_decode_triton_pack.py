@@ -6,11 +6,7 @@ without the running-max rescale (in a chunk) or without the log-sum-exp rescale 
 interpreter checks the math (indices, masks, the split and its combine), not what a GPU compile would do (layouts,
 shared memory, registers, pipelining). The interpreter tests skip without torch or triton."""
 
-import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -21,6 +17,7 @@ from ksearch.targets import get_target
 from ksearch.tasks import load_task
 
 from .paths import path_id, random_paths, single_moves
+from .triton_interp import interpreter_worker
 
 TASK = "attention-decode"
 
@@ -120,32 +117,13 @@ for n, line in enumerate(sys.stdin):
 def interpreter():
     """check(source, shapes) -> {shape name: excess or None}, run by Triton's interpreter on CPU tensors in one
     worker process for the module. Skips without torch or triton, or where the interpreter cannot run."""
-    pytest.importorskip("torch", reason="torch not installed")
-    pytest.importorskip("triton", reason="triton not installed")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
-
-    def send(source: str, shapes) -> dict:
-        proc.stdin.write(json.dumps({"source": source, "shapes": shapes}) + "\n")
-        proc.stdin.flush()
-        line = proc.stdout.readline()
-        if not line:
-            pytest.fail(f"the interpreter's worker died: {proc.stderr.read()[-3000:]}")
-        return json.loads(line)
-
-    probe = send(load_task(TASK).naive_sources["triton"], SMALL[1:2])
-    if "error" in probe:  # the task's own naive kernel: a failure here is the interpreter's, not the pack's
-        proc.stdin.close()
-        pytest.skip(f"Triton's interpreter does not run the naive kernel here: {probe['error'][-300:]}")
-
-    def check(source: str, shapes) -> dict:
-        out = send(source, shapes)
-        assert "error" not in out, out["error"]
-        return out["excess"]
-    yield check
-    proc.stdin.close()
-    proc.wait(timeout=30)
+    for send in interpreter_worker(WORKER, {"source": load_task(TASK).naive_sources["triton"],
+                                            "shapes": SMALL[1:2]}):
+        def check(source: str, shapes) -> dict:
+            out = send({"source": source, "shapes": shapes})
+            assert "error" not in out, out["error"]
+            return out["excess"]
+        yield check
 
 
 def _failures(excess: dict) -> dict:

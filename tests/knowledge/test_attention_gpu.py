@@ -6,10 +6,10 @@ per kernel (``-s``) gives its median ms, which is how the packs' ratings were fi
 
 import pytest
 
-from ksearch.eval.records import Candidate, Status
 from ksearch.knowledge import load_pack
 from ksearch.tasks import load_task
 
+from .gpu_judge import check_and_time, evaluate, naive_candidate, pack_candidate  # noqa: F401 (fixture)
 from .paths import path_id, single_moves
 
 pytestmark = pytest.mark.cuda
@@ -26,42 +26,11 @@ def _moves(target):
 CASES = _moves("cuda") + _moves("triton")
 
 
-@pytest.fixture(scope="module")
-def evaluate():
-    """evaluate(task, target, candidate, workloads): one evaluator per (task, target) for the module, so the
-    float64 references (the L4k one takes seconds) are computed once."""
-    from ksearch.eval.evaluator import EvalConfig, Evaluator
-
-    evaluators = {}
-
-    def run(task, target, candidate, workloads):
-        key = (task.name, target)
-        if key not in evaluators:
-            evaluators[key] = Evaluator(task, target, None, EvalConfig(seeds=[1, 2]))
-        return evaluators[key].evaluate(candidate, workloads)
-    yield run
-    for ev in evaluators.values():
-        ev.close()
-
-
-def _check(evaluate, task, target, cand, label):
-    checks = [w.name for w in task.workloads if w.purpose == "check"]
-    result = evaluate(task, target, cand, checks + [BENCH])
-    bench = [w for w in result.workloads if w.workload == BENCH]
-    ms = bench[0].median_ms if bench and bench[0].median_ms else float("nan")
-    print(f"\nGPU {task.name} {target} {label}: {result.status.value} {ms:.3f} ms on {BENCH}")
-    assert result.status is Status.PASSED, f"{label}: {result.message}"[:4000]
-
-
 @pytest.mark.parametrize("name", TASKS)
 @pytest.mark.parametrize("target", TARGETS)
 def test_naive_kernel_passes(evaluate, name, target):
     t = load_task(name)
-    if target == "cuda":
-        cand = Candidate(target="cuda", sources={"kernel.cu": t.naive_sources["cuda"]}, launch=t.naive_launch["cuda"])
-    else:
-        cand = Candidate(target="triton", sources={"kernel.py": t.naive_sources["triton"]}, entry_point="run")
-    _check(evaluate, t, target, cand, "naive")
+    check_and_time(evaluate, t, target, naive_candidate(t, target), "naive", BENCH)
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -69,10 +38,4 @@ def test_naive_kernel_passes(evaluate, name, target):
 def test_single_move_passes(evaluate, name, target, path):
     t = load_task(name)
     k = load_pack(name, target).render(t.definition, *path)
-    if target == "cuda":
-        cand = Candidate(target="cuda", sources=dict(k.sources), entry_point="run", launch=k.launch,
-                         compile_flags=list(k.compile_flags))
-    else:
-        cand = Candidate(target="triton", sources=dict(k.sources), entry_point="run",
-                         compile_flags=list(k.compile_flags))
-    _check(evaluate, t, target, cand, path_id(path))
+    check_and_time(evaluate, t, target, pack_candidate(k, target), path_id(path), BENCH)

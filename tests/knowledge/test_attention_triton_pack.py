@@ -9,11 +9,7 @@ The interpreter checks the math (indices, masks, the online softmax), not what a
 shared memory, registers, pipelining). Skipped without torch or triton."""
 
 import importlib.util
-import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -24,6 +20,7 @@ from ksearch.targets import get_target
 from ksearch.tasks import load_task
 
 from .paths import path_id, random_paths, single_moves
+from .triton_interp import interpreter_worker
 
 TASKS = ["attention-prefill", "attention-prefill-noncausal"]
 BF16_TASKS = ["attention-prefill-bf16", "attention-prefill-noncausal-bf16"]
@@ -147,32 +144,13 @@ for n, line in enumerate(sys.stdin):
 def interpreter():
     """check(source, task, shapes) -> {shape name: excess or None}, run by Triton's interpreter on CPU tensors in
     one worker process for the module. Skips without torch or triton, or where the interpreter cannot run."""
-    pytest.importorskip("torch", reason="torch not installed")
-    pytest.importorskip("triton", reason="triton not installed")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
-
-    def send(source: str, task: str, shapes) -> dict:
-        proc.stdin.write(json.dumps({"source": source, "task": task, "shapes": shapes}) + "\n")
-        proc.stdin.flush()
-        line = proc.stdout.readline()
-        if not line:
-            pytest.fail(f"the interpreter's worker died: {proc.stderr.read()[-3000:]}")
-        return json.loads(line)
-
-    probe = send(load_task("attention-prefill").naive_sources["triton"], "attention-prefill", SMALL[2:])
-    if "error" in probe:  # the task's own naive kernel: a failure here is the interpreter's, not the pack's
-        proc.stdin.close()
-        pytest.skip(f"Triton's interpreter does not run the naive kernel here: {probe['error'][-300:]}")
-
-    def check(source: str, task: str, shapes) -> dict:
-        out = send(source, task, shapes)
-        assert "error" not in out, out["error"]
-        return out["excess"]
-    yield check
-    proc.stdin.close()
-    proc.wait(timeout=30)
+    for send in interpreter_worker(WORKER, {"source": load_task("attention-prefill").naive_sources["triton"],
+                                            "task": "attention-prefill", "shapes": SMALL[2:]}):
+        def check(source: str, task: str, shapes) -> dict:
+            out = send({"source": source, "task": task, "shapes": shapes})
+            assert "error" not in out, out["error"]
+            return out["excess"]
+        yield check
 
 
 def _failures(excess: dict) -> dict:
