@@ -7,6 +7,7 @@ kernel (P rounded to bf16) with margin and fails wrong ones."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 
@@ -354,3 +355,30 @@ def test_the_judge_fails_a_wrong_bf16_cpu_kernel(broken):
     assert src != task.naive_sources["cpu"]
     ev = _evaluate(task, src, ["gqa-d128"])
     assert ev.workloads[0].status is Status.INCORRECT_NUMERICAL, ev.workloads[0].message
+
+
+@pytest.mark.parametrize("name, workload", [("attention-prefill", "mha-odd"), ("attention-prefill-noncausal", "mha-odd"),
+                                            ("attention-prefill-bf16", "gqa-b3"), ("attention-decode", "odd-b7")])
+def test_torch_sdpa_baseline_passes_its_check_and_follows_the_causal_axis(name, workload):
+    pytest.importorskip("torch", reason="torch not installed")
+    from ksearch.eval.baselines import time_baseline
+    from ksearch.eval.records import Status
+
+    task = load_task(name)
+    assert time_baseline(task, "torch-sdpa", workload, seed=5, repeats=1).status is Status.PASSED
+    if "causal" in task.definition.axes:  # the same file with the other mask must fail the task's check
+        axes = dict(task.definition.axes)
+        axes["causal"] = axes["causal"].model_copy(update={"value": 1 - axes["causal"].value})
+        flipped = dataclasses.replace(task, definition=task.definition.model_copy(update={"axes": axes}))
+        assert time_baseline(flipped, "torch-sdpa", workload, seed=5, repeats=1).status is Status.INCORRECT_NUMERICAL
+
+
+def test_torch_sdpa_baseline_without_torch_is_unavailable_and_a_run_goes_on(monkeypatch):
+    import sys
+
+    from ksearch.eval.baselines import BaselineUnavailable, time_baseline
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    monkeypatch.setitem(sys.modules, "torch.nn.functional", None)
+    with pytest.raises(BaselineUnavailable, match="torch is not installed"):
+        time_baseline(load_task("attention-decode"), "torch-sdpa", "tiny-L1")

@@ -1,7 +1,13 @@
-"""Time a task's Python baselines (trusted code, e.g. a NumPy token-by-token loop) beside the candidates.
+"""Time a task's Python baselines (trusted code, e.g. a NumPy token-by-token loop, or a framework's fused kernel
+such as torch's scaled_dot_product_attention) beside the candidates.
 
 Baselines run in this process: they are part of the task, not candidates. Their outputs are still checked
-against the reference so that a speedup is always measured against a correct implementation.
+against the reference so that a speedup is always measured against a correct implementation. A baseline module
+defines ``run(**inputs) -> outputs`` (NumPy in and out: checked) and may define ``prepare(**inputs) -> call``: a
+zero-argument callable that computes the same outputs on data already where the baseline keeps it (e.g. a GPU)
+and returns once the device is done; then ``call`` is what is timed, so a GPU baseline is not charged for its
+host-device copies. A baseline whose dependencies are missing raises ``BaselineUnavailable`` (say why). The
+module sees ``BaselineUnavailable`` and ``CONST_AXES`` (the definition's const axes: name -> value) as globals.
 """
 
 from __future__ import annotations
@@ -19,16 +25,31 @@ from ksearch.tasks.loader import Task
 from ksearch.tasks.reference import run_reference
 
 
-def load_baseline(task: Task, name: str):
-    """The ``run`` function of a task's baseline. Raises TaskError for an unknown or broken baseline."""
+class BaselineUnavailable(Exception):
+    """A baseline that cannot run here (torch missing, no GPU): the message says why; the run goes on without it."""
+
+
+def load_baseline_module(task: Task, name: str) -> dict:
+    """The namespace of a task's baseline (``run``, optionally ``prepare``). Raises TaskError for an unknown or
+    broken baseline, BaselineUnavailable (from the module) when it cannot run here."""
     if name not in task.baseline_sources:
         raise TaskError(f"task {task.name!r} has no baseline {name!r}; known: {sorted(task.baseline_sources)}")
     namespace: dict = {}
+    namespace["BaselineUnavailable"] = BaselineUnavailable
+    # the definition's const axes (e.g. attention's causal), so one baseline file can serve sibling tasks
+    namespace["CONST_AXES"] = {n: a.value for n, a in task.definition.axes.items() if a.type == "const"}
     try:
         exec(compile(task.baseline_sources[name], f"<baseline {name}>", "exec"), namespace)  # noqa: S102
+    except BaselineUnavailable:
+        raise
     except Exception as e:
         raise TaskError(f"baseline {name!r} of {task.name!r} does not load: {type(e).__name__}: {e}") from None
-    return namespace["run"]
+    return namespace
+
+
+def load_baseline(task: Task, name: str):
+    """The ``run`` function of a task's baseline. Raises TaskError for an unknown or broken baseline."""
+    return load_baseline_module(task, name)["run"]
 
 
 def time_baseline(task: Task, name: str, workload: str, seed: int = 0, repeats: int = 3,
@@ -38,7 +59,8 @@ def time_baseline(task: Task, name: str, workload: str, seed: int = 0, repeats: 
     Stops repeating once ``max_time_s`` is spent (at least one timed call). The warm-up call's outputs are
     compared with the reference; a wrong baseline is reported as INCORRECT_NUMERICAL, not timed.
     """
-    run = load_baseline(task, name)
+    module = load_baseline_module(task, name)
+    run = module["run"]
     d = task.definition
     wl = task.workload(workload)
     inputs = make_inputs(d, wl, seed)
@@ -54,11 +76,13 @@ def time_baseline(task: Task, name: str, workload: str, seed: int = 0, repeats: 
             result.status, result.message = status, f"output {oname!r}: {msg}"
             return result
     result.checks = 1
+    call = module["prepare"](**inputs) if "prepare" in module else (lambda: run(**inputs))
+    call()  # warm-up (a GPU baseline's first call picks and loads its kernel)
     times: list[float] = []
     t_end = time.perf_counter() + max_time_s
     while len(times) < repeats and (not times or time.perf_counter() < t_end):
         t0 = time.perf_counter_ns()
-        run(**inputs)
+        call()
         times.append((time.perf_counter_ns() - t0) * 1e-6)
     stats = summarize_times(times)
     result.median_ms, result.min_ms, result.spread, result.repeats = stats.median_ms, stats.min_ms, stats.spread, stats.n

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ksearch.errors import SearchError, StoreError, TaskError
-from ksearch.eval.baselines import time_baseline
+from ksearch.eval.baselines import BaselineUnavailable, time_baseline
 from ksearch.eval.evaluator import EvalConfig, Evaluator
 from ksearch.eval.records import Evaluation, Status
 from ksearch.hardware.cache import spec_for_target
@@ -203,12 +203,18 @@ class Session:
                 self.progress(f"final: the best kernel FAILED on fresh inputs: {best_eval.message}")
             hidden = self._hidden_check(ev, best[1], selected, best_eval)
         reference: dict[str, dict] = {}
-        ref_name = next(iter(self.task.baseline_sources), None)
-        if ref_name:
-            for w in names:
-                self.progress(f"final: {ref_name} on {w}")
-                r = time_baseline(self.task, ref_name, w, seed=cfg.seeds[0])
-                reference[w] = r.model_dump(mode="json")
+        ref_name = None
+        for name in self.task.baseline_sources:  # the first baseline that can run here
+            try:
+                for w in names:
+                    self.progress(f"final: {name} on {w}")
+                    reference[w] = time_baseline(self.task, name, w, seed=cfg.seeds[0]).model_dump(mode="json")
+            except BaselineUnavailable as e:
+                self.progress(f"final: baseline {name} unavailable here: {e}")
+                reference = {}
+                continue
+            ref_name = name
+            break
         return {"best_candidate_id": best[1].id if best else None, "naive": naive.model_dump(mode="json"),
                 "best": best_eval.model_dump(mode="json") if best_eval else None,
                 "hidden": hidden if best else None,

@@ -1,0 +1,1 @@
+../../attention-prefill/baselines/torch_sdpa.py

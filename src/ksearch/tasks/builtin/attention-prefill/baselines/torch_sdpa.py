@@ -1,0 +1,67 @@
+"""torch.nn.functional.scaled_dot_product_attention: the fused attention PyTorch ships, as the attention tasks'
+baseline (on an NVIDIA GPU: cuDNN's kernel first, then FlashAttention-2's, then memory-efficient, by
+torch.nn.attention.sdpa_kernel priority; on a CPU: torch's CPU kernels). GQA by enable_gqa=True. Prefill:
+q [batch, q_heads, seqlen, head_dim], k, v [batch, kv_heads, seqlen, head_dim]; decode (3-d q): q
+[batch, q_heads, head_dim] as a length-1 query. The causal mask follows the task's const axis `causal`
+(CONST_AXES, given by the judge), so one file serves every attention task. float16 or bfloat16 (uint16 bits in
+NumPy); outputs as float32 NumPy.
+
+``prepare`` moves the inputs to the device once, so the timed call is the kernel alone (plus a
+synchronization). Raises BaselineUnavailable without torch."""
+
+import numpy as np
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    raise BaselineUnavailable("torch is not installed (pip install torch)") from None  # noqa: F821 (judge-provided)
+
+CAUSAL = bool(CONST_AXES.get("causal", 0))  # noqa: F821 (judge-provided); decode has no causal axis: no mask
+
+
+def _device():
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _tensor(a, dev):
+    a = np.ascontiguousarray(a)
+    t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if a.dtype == np.uint16 else torch.from_numpy(a)
+    return t.to(dev)
+
+
+def _sdpa(q, k, v, causal):
+    kernels = []
+    if q.is_cuda:
+        from torch.nn.attention import SDPBackend
+        kernels = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                   SDPBackend.MATH]
+    decode = q.dim() == 3
+    qq = q.unsqueeze(2) if decode else q
+    if kernels:
+        from torch.nn.attention import sdpa_kernel
+        with sdpa_kernel(kernels, set_priority=True):
+            o = F.scaled_dot_product_attention(qq, k, v, is_causal=causal and not decode, enable_gqa=True)
+    else:
+        o = F.scaled_dot_product_attention(qq, k, v, is_causal=causal and not decode, enable_gqa=True)
+    return o.squeeze(2) if decode else o
+
+
+def _inputs(q, k, v):
+    dev = _device()
+    return _tensor(q, dev), _tensor(k, dev), _tensor(v, dev)
+
+
+def run(q, k, v):
+    o = _sdpa(*_inputs(q, k, v), CAUSAL)
+    return o.float().cpu().numpy()
+
+
+def prepare(q, k, v):
+    args = _inputs(q, k, v)
+    sync = torch.cuda.synchronize if args[0].is_cuda else (lambda: None)
+
+    def call():
+        _sdpa(*args, CAUSAL)
+        sync()
+    return call
