@@ -141,7 +141,8 @@ def test_every_distinct_source_compiles_under_nvrtc(pack):
         key = "\n".join(x for x in combined_source(_candidate(k)).split("\n") if not x.startswith("// ksearch pack"))
         jobs.setdefault(key, [choices, knobs, [], list(k.compile_flags)])[2].extend(
             n for n in names if n not in jobs.get(key, [None, None, []])[2])
-    assert len(jobs) >= 7   # naive, split-kv's root (warps, unroll, split: other names or none), ldcs, exp, vec8, vec4, last-block
+    # naive; split-kv's root (warps and unroll moves add names, split moves none); ldcs, exp, vec8, vec4, last-block
+    assert len(jobs) >= 7
     assert any(j[0].get("combine") == "last-block" for j in jobs.values())
     images = [[] for _ in jobs]
     with ThreadPoolExecutor(2) as pool:  # ctypes releases the GIL during the compile
@@ -163,11 +164,12 @@ def _merge(m, l, acc, om, ol, oacc, ex):
     return mn, l * a + ol * b, acc * a[:, None] + oacc * b[:, None]
 
 
-def _split_kv_emulated(q, k, v, splits, HDP, GM, W, U, VEC, exp2=True, rescale=True):
+def _split_kv_emulated(q, k, v, splits, HDP, GM, W, U, VEC, exp2=True, rescale=True, partials=False):
     """o as decode_split + decode_combine compute it: blocks (batch x kv head x group block, chunk), lane groups of
     LPK lanes each taking keys t0 + warp KPW + kg + u W KPW of every block step, the lanes' columns (j LPK + kl)
     VEC + i, per lane group an online softmax with one rescale a step, lane groups merged within a warp (xor
-    offsets LPK..16), warps merged, chunks combined by e^(lse - max lse). float64 throughout."""
+    offsets LPK..16), warps merged, chunks combined by e^(lse - max lse). float64 throughout. ``partials``: the
+    scratch (mid_o [rows, chunk, D], mid_lse [rows, chunk]) instead of o."""
     batch, hq, D = q.shape
     hkv, L = k.shape[1], k.shape[2]
     group = hq // hkv
@@ -229,6 +231,8 @@ def _split_kv_emulated(q, k, v, splits, HDP, GM, W, U, VEC, exp2=True, rescale=T
                 empty = l[g] == 0.0
                 mid_o[r, split] = 0.0 if empty else acc[g, :D] / l[g]
                 mid_lse[r, split] = -np.inf if empty else m[g] + lg(l[g])
+    if partials:
+        return mid_o, mid_lse
     if splits == 1:
         return mid_o[:, 0].reshape(batch, hq, D)
     mx = mid_lse.max(axis=1, keepdims=True)
@@ -289,3 +293,127 @@ def test_split_kv_emulation_with_empty_chunks_matches_the_reference():
     exec(load_task(TASK).definition.reference, ns)
     got = _split_kv_emulated(*(x.astype(np.float64) for x in (q, kk, v)), 4, 64, 2, 2, 2, 8)
     np.testing.assert_allclose(got, ns["run"](q, kk, v), rtol=5e-3, atol=2e-3)
+
+
+# -- the last-block combine (combine: last-block), emulated: arrivals in a random order ------------------------------
+
+def _last_block_emulated(mid_o, mid_lse, batch, hq, hkv, HDP, GM, W, order, exp2=True, early=0, rescale=True,
+                         fill=np.nan):
+    """o as decode_split<..., last-block> writes it, given every block's partial (mid_o [rows, chunk, D], mid_lse
+    [rows, chunk], as decode_split computes them) and ``order``, the blocks (grid.x, chunk) in arrival order. The
+    scratch starts as ``fill`` (NaN: the judge's poison), the counters 0 (init: zero); an arriving block stores
+    its partial, then takes a ticket; the one whose ticket is splits - 1 - ``early`` combines its group from the
+    scratch as it is then: warp w takes chunks w, w + W, ..., lane's columns (j 32 + lane) CV + i, an online
+    merge per head with the chunk's lse as its score, the warps merged by e^(m - max m). ``rescale=False``: chunks
+    weighed equally. o starts NaN; each group's rows must be written exactly once. Returns (o, the grid.x of each combine)."""
+    rows, splits, D = mid_o.shape
+    group, gblocks = hq // hkv, -(-(hq // hkv) // GM)
+    ex = np.exp2 if exp2 else np.exp
+    CV = min(HDP // 32, 4)
+    cols = np.array([(j * 32 + lane) * CV + i for lane in range(32) for j in range(HDP // 32 // CV) for i in range(CV)])
+    assert sorted(cols) == list(range(HDP))                    # the lanes' columns cover the row once
+    scratch_o, scratch_lse = np.full_like(mid_o, fill), np.full_like(mid_lse, fill)
+    arrive = np.zeros(batch * hkv * gblocks, dtype=np.int64)
+    o = np.full((rows, D), np.nan)
+    combined = []
+    for bx, split in order:
+        bkv, g0 = divmod(bx, gblocks)
+        g0 *= GM
+        gcount = min(GM, group - g0)
+        row0 = (bkv // hkv) * hq + (bkv % hkv) * group + g0
+        scratch_o[row0:row0 + gcount, split] = mid_o[row0:row0 + gcount, split]
+        scratch_lse[row0:row0 + gcount, split] = mid_lse[row0:row0 + gcount, split]
+        ticket, arrive[bx] = arrive[bx], arrive[bx] + 1
+        if ticket != splits - 1 - early:
+            continue
+        combined.append(bx)
+        warps = []
+        for w in range(W):
+            m, l, acc = np.full(GM, -np.inf), np.zeros(GM), np.zeros((GM, HDP))
+            for c in range(w, splits, W):
+                lse = np.full(GM, -np.inf)
+                x = np.zeros((GM, HDP))
+                lse[:gcount] = scratch_lse[row0:row0 + gcount, c]
+                x[:gcount, :D] = scratch_o[row0:row0 + gcount, c]
+                x = x[:, cols]                                 # lane-major: the lanes' registers
+                mn = np.maximum(m, lse)
+                mu = np.where(mn == -np.inf, 0.0, mn)
+                a, b = (ex(m - mu), ex(lse - mu)) if rescale else (np.ones(GM), np.isfinite(lse) * 1.0)
+                l, m = l * a + b, mn
+                acc = acc * a[:, None] + x * b[:, None]
+            out = np.zeros((GM, HDP))
+            out[:, cols] = acc                                 # to shared memory by column
+            warps.append((m, l, out))
+        m, l, acc = warps[0]
+        for st in warps[1:]:
+            m, l, acc = _merge(m, l, acc, *st, ex)
+        rows_g = slice(row0, row0 + gcount)
+        assert np.isnan(o[rows_g]).all()                       # written once
+        o[rows_g] = acc[:gcount, :D] / l[:gcount, None]
+    return o.reshape(batch, hq, D), combined
+
+
+#: (batch, q_heads, kv_heads, kv_len, head_dim, q/k std), (HDP, GM, W, U, VEC), chunks: several groups and head
+#: blocks (group 12 in blocks of 8), more chunks than warps, empty chunks, head_dim 64 (CV 2) and 256 (two float4)
+LAST_BLOCK = [((2, 8, 2, 200, 64, 4.0), (64, 4, 2, 2, 8), 5),
+              ((1, 12, 1, 300, 80, 1.0), (128, 8, 4, 1, 4), 3),
+              ((2, 4, 2, 9, 200, 1.0), (256, 2, 2, 2, 8), 4)]
+
+
+def _reference(q, kk, v):
+    ns = {}
+    exec(load_task(TASK).definition.reference, ns)
+    return ns["run"](q, kk, v)
+
+
+@pytest.mark.parametrize("shape, tiles, splits", LAST_BLOCK, ids=[str(e[0][:5]) for e in LAST_BLOCK])
+def test_last_block_emulation_matches_the_reference_in_any_arrival_order(shape, tiles, splits):
+    """Three random arrival orders of every (grid.x, chunk) block, interleaved across groups: one combine per group,
+    by the block that arrives last, and o within the task's tolerance."""
+    batch, hq, hkv = shape[:3]
+    q, kk, v = _inputs(shape, 7)
+    ref = _reference(q, kk, v)
+    HDP, GM, W = tiles[:3]
+    mid_o, mid_lse = _split_kv_emulated(*(x.astype(np.float64) for x in (q, kk, v)), splits, *tiles, partials=True)
+    blocks = [(bx, c) for bx in range(batch * hkv * -(-(hq // hkv) // GM)) for c in range(splits)]
+    rng = np.random.default_rng(shape[3])
+    tol = load_task(TASK).definition.tolerance["float16"]
+    for _ in range(3):
+        order = [blocks[i] for i in rng.permutation(len(blocks))]
+        got, combined = _last_block_emulated(mid_o, mid_lse, batch, hq, hkv, HDP, GM, W, order)
+        assert sorted(combined) == sorted({bx for bx, _ in blocks})   # each group once (by its last arrival)
+        assert np.isfinite(got).all()
+        np.testing.assert_allclose(got, ref, rtol=tol.rtol, atol=tol.atol)
+
+
+def test_last_block_emulation_fails_early_or_without_the_rescale():
+    """A combine that starts one partial short (ticket splits - 2) reads the poison or, from a zero-filled scratch,
+    misses a chunk (q/k std 1: every chunk weighs), and one that weighs the chunks equally misses the reference
+    (std 4: the chunks' lse differ): the emulation can fail."""
+    _, tiles, splits = LAST_BLOCK[0]
+    for shape, variants in (((2, 8, 2, 200, 64, 1.0), ("early", "early-zeros")), ((2, 8, 2, 200, 64, 4.0), ("equal",))):
+        batch, hq, hkv = shape[:3]
+        q, kk, v = _inputs(shape, 7)
+        ref = _reference(q, kk, v)
+        mid_o, mid_lse = _split_kv_emulated(*(x.astype(np.float64) for x in (q, kk, v)), splits, *tiles,
+                                            partials=True)
+        blocks = [(bx, c) for bx in range(batch * hkv * -(-(hq // hkv) // tiles[1])) for c in range(splits)]
+        order = [blocks[i] for i in np.random.default_rng(3).permutation(len(blocks))]
+        args = (mid_o, mid_lse, batch, hq, hkv, *tiles[:3], order)
+        assert np.allclose(_last_block_emulated(*args)[0], ref, rtol=5e-3, atol=2e-3)
+        for variant in variants:
+            kw = {"early": {"early": 1}, "early-zeros": {"early": 1, "fill": 0.0}, "equal": {"rescale": False}}
+            got = _last_block_emulated(*args, **kw[variant])[0]
+            assert not np.allclose(got, ref, rtol=5e-3, atol=2e-3), variant   # NaN compares unequal
+            assert variant == "early" or np.isfinite(got).all(), variant
+
+
+def test_last_block_plan_gives_the_emulation_its_chunks(pack):
+    """The chunk count and grid.x the emulation uses are the rendered last-block plan's for these axes."""
+    d = load_task(TASK).definition
+    k = pack.render(d, {"family": "split-kv", "combine": "last-block", "split": "fixed-chunk"}, {"chunk": 256})
+    plan = cuda_launch.parse_plan(k.launch, d)
+    axes = {"batch": 2, "q_heads": 8, "kv_heads": 2, "kv_len": 1100, "head_dim": 64}
+    (run,) = cuda_launch.resolve(plan, d, axes)
+    assert run.kernel == "decode_split<64, 4, 4, 2, 8>" and run.grid[:2] == (4, 5)
+    assert cuda_launch.temporary_shape(plan.temporaries["arrive"], "arrive", axes) == (16,)
