@@ -305,7 +305,8 @@ def _last_block_emulated(mid_o, mid_lse, batch, hq, hkv, HDP, GM, W, order, exp2
     its partial, then takes a ticket; the one whose ticket is splits - 1 - ``early`` combines its group from the
     scratch as it is then: warp w takes chunks w, w + W, ..., lane's columns (j 32 + lane) CV + i, an online
     merge per head with the chunk's lse as its score, the warps merged by e^(m - max m). ``rescale=False``: chunks
-    weighed equally. o starts NaN; each group's rows must be written exactly once. Returns (o, the grid.x of each combine)."""
+    weighed equally. o starts NaN; each group's rows must be written exactly once. Returns (o, the grid.x of
+    each combine)."""
     rows, splits, D = mid_o.shape
     group, gblocks = hq // hkv, -(-(hq // hkv) // GM)
     ex = np.exp2 if exp2 else np.exp
