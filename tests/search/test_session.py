@@ -63,3 +63,21 @@ def test_resume_of_a_run_whose_configuration_does_not_decode_is_a_store_error(tm
     with pytest.raises(StoreError, match="run configuration that does not decode"):
         Session.resume("r2")
     assert json.loads(json.dumps(Store(run_dir("r2") / "run.sqlite").run()["config"]))["budget"] == "many"
+
+
+def test_reference_timings_skip_a_baseline_that_does_not_load_and_keep_one_that_fails_on_a_workload():
+    # was: a baseline raising TaskError (or anything but BaselineUnavailable) ended the final stage, so the run's
+    # naive / best / hidden measurements were lost and every resume failed the same way
+    import dataclasses
+
+    from ksearch.search.session import reference_timings
+    from ksearch.tasks import load_task
+
+    task = load_task("selective-scan")
+    real = task.baseline_sources["numpy-token-loop"]
+    fails = real + "\n\ndef prepare(**inputs):\n    raise RuntimeError('CUDA out of memory')\n"
+    said: list[str] = []
+    task = dataclasses.replace(task, baseline_sources={"broken": "1 / 0\n", "fails": fails, "ok": real})
+    name, reference = reference_timings(task, ["tiny"], 0, said.append)
+    assert name == "fails" and reference["tiny"]["status"] == "RUNTIME_ERROR", reference
+    assert any("broken skipped" in s and "ZeroDivisionError" in s for s in said), said

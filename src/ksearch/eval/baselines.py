@@ -7,12 +7,16 @@ defines ``run(**inputs) -> outputs`` (NumPy in and out: checked) and may define 
 zero-argument callable that computes the same outputs on data already where the baseline keeps it (e.g. a GPU)
 and returns once the device is done; then ``call`` is what is timed, so a GPU baseline is not charged for its
 host-device copies. ``call`` may return its own device time in ms (CUDA events around the kernel, as the
-candidates are timed), which then replaces the host wall clock (that would add launch and synchronization). A baseline whose dependencies are missing raises ``BaselineUnavailable`` (say why). The
-module sees ``BaselineUnavailable`` and ``CONST_AXES`` (the definition's const axes: name -> value) as globals.
+candidates are timed), which then replaces the host wall clock (that would add launch and synchronization);
+None: the host wall clock is the time. A baseline whose dependencies are missing raises ``BaselineUnavailable``
+(say why); one that fails while it runs is a RUNTIME_ERROR of that workload, not an exception. The module sees
+``BaselineUnavailable`` and ``CONST_AXES`` (the definition's const axes: name -> value) as globals.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
 
 import numpy as np
@@ -55,17 +59,35 @@ def load_baseline(task: Task, name: str):
 
 def time_baseline(task: Task, name: str, workload: str, seed: int = 0, repeats: int = 3,
                   max_time_s: float = 20.0) -> WorkloadResult:
-    """Median wall time (ms) of a baseline on one workload, after one checked warm-up call.
+    """Median time (ms) of a baseline on one workload, after one checked warm-up call: the host wall clock, or
+    the device ms that ``prepare``'s call returns.
 
     Stops repeating once ``max_time_s`` is spent (at least one timed call). The warm-up call's outputs are
-    compared with the reference; a wrong baseline is reported as INCORRECT_NUMERICAL, not timed.
+    compared with the reference; a wrong baseline is reported as INCORRECT_NUMERICAL, not timed. A baseline that
+    raises while it runs (a torch error, a GPU out of memory) or whose call returns something other than None or
+    a device time > 0 is RUNTIME_ERROR, with the reason: the run's final stage goes on.
+
+    Raises:
+        TaskError: an unknown or broken (not loading) baseline, or an unknown workload.
+        BaselineUnavailable: the baseline cannot run here (from its module, its ``prepare`` or its ``run``).
     """
     module = load_baseline_module(task, name)
+    wl = task.workload(workload)
+    result = WorkloadResult(workload=wl.label, status=Status.PASSED)
+    try:
+        _check_and_time(task, module, make_inputs(task.definition, wl, seed), result, repeats, max_time_s)
+    except BaselineUnavailable:
+        raise
+    except Exception as e:  # a failing baseline must not cost the run its final measurements
+        result.status, result.message = Status.RUNTIME_ERROR, f"baseline {name!r}: {type(e).__name__}: {e}"
+    return result
+
+
+def _check_and_time(task: Task, module: dict, inputs: dict, result: WorkloadResult, repeats: int,
+                    max_time_s: float) -> None:
+    """time_baseline's work, filling ``result`` in place."""
     run = module["run"]
     d = task.definition
-    wl = task.workload(workload)
-    inputs = make_inputs(d, wl, seed)
-    result = WorkloadResult(workload=wl.label, status=Status.PASSED)
     outs = run(**inputs)
     outs = outs if isinstance(outs, (tuple, list)) else (outs,)
     want = run_reference(d, inputs)
@@ -75,17 +97,26 @@ def time_baseline(task: Task, name: str, workload: str, seed: int = 0, repeats: 
         result.max_rel_err = max(result.max_rel_err or 0.0, r)
         if status is not Status.PASSED:
             result.status, result.message = status, f"output {oname!r}: {msg}"
-            return result
+            return
     result.checks = 1
-    call = module["prepare"](**inputs) if "prepare" in module else (lambda: run(**inputs))
-    call()  # warm-up (a GPU baseline's first call picks and loads its kernel)
+    if "prepare" in module:
+        call = module["prepare"](**inputs)
+        call()  # warm-up (a GPU baseline's first call picks and loads its kernel)
+    else:  # the checked call was the warm-up; run returns outputs, never a time (a scalar output is not ms)
+        def call():
+            run(**inputs)
     times: list[float] = []
     t_end = time.perf_counter() + max_time_s
     while len(times) < repeats and (not times or time.perf_counter() < t_end):
         t0 = time.perf_counter_ns()
         device_ms = call()
         wall_ms = (time.perf_counter_ns() - t0) * 1e-6
-        times.append(float(device_ms) if isinstance(device_ms, (int, float)) and device_ms > 0 else wall_ms)
+        if device_ms is None:
+            times.append(wall_ms)
+        elif isinstance(device_ms, numbers.Real) and not isinstance(device_ms, bool) and 0 < device_ms < math.inf:
+            times.append(float(device_ms))
+        else:
+            raise ValueError(f"call() returned {device_ms!r}: not None (host clock) or a device time in ms > 0")
     stats = summarize_times(times)
-    result.median_ms, result.min_ms, result.spread, result.repeats = stats.median_ms, stats.min_ms, stats.spread, stats.n
-    return result
+    result.median_ms, result.min_ms, result.spread = stats.median_ms, stats.min_ms, stats.spread
+    result.repeats = stats.n

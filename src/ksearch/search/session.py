@@ -24,6 +24,7 @@ from ksearch.store.db import Store
 from ksearch.store.runs import new_run_id, open_run, run_dir
 from ksearch.targets import get_target
 from ksearch.tasks import builtin_names, load_task
+from ksearch.tasks.loader import Task
 
 Progress = Callable[[str], None]
 
@@ -202,20 +203,26 @@ class Session:
             if best_eval.status is not Status.PASSED:
                 self.progress(f"final: the best kernel FAILED on fresh inputs: {best_eval.message}")
             hidden = self._hidden_check(ev, best[1], selected, best_eval)
-        reference: dict[str, dict] = {}
-        ref_name = None
-        for name in self.task.baseline_sources:  # the first baseline that can run here
-            try:
-                for w in names:
-                    self.progress(f"final: {name} on {w}")
-                    reference[w] = time_baseline(self.task, name, w, seed=cfg.seeds[0]).model_dump(mode="json")
-            except BaselineUnavailable as e:
-                self.progress(f"final: baseline {name} unavailable here: {e}")
-                reference = {}
-                continue
-            ref_name = name
-            break
+        ref_name, reference = reference_timings(self.task, names, cfg.seeds[0], self.progress)
         return {"best_candidate_id": best[1].id if best else None, "naive": naive.model_dump(mode="json"),
                 "best": best_eval.model_dump(mode="json") if best_eval else None,
                 "hidden": hidden if best else None,
                 "reference": reference, "reference_name": ref_name or "reference"}
+
+
+def reference_timings(task: Task, workloads: list[str], seed: int, progress: Progress) -> tuple[str | None, dict]:
+    """The first of the task's baselines that can run here, timed on ``workloads``: (its name, workload ->
+    WorkloadResult as JSON), or (None, {}) where none can. A baseline that cannot run here (BaselineUnavailable)
+    or does not load (TaskError) is skipped with the reason; one that fails on a workload is that workload's
+    RUNTIME_ERROR (time_baseline): the final stage never loses the run's measurements to a baseline."""
+    for name in task.baseline_sources:
+        reference: dict[str, dict] = {}
+        try:
+            for w in workloads:
+                progress(f"final: {name} on {w}")
+                reference[w] = time_baseline(task, name, w, seed=seed).model_dump(mode="json")
+        except (BaselineUnavailable, TaskError) as e:
+            progress(f"final: baseline {name} skipped: {e}")
+            continue
+        return name, reference
+    return None, {}
