@@ -382,3 +382,17 @@ def test_torch_sdpa_baseline_without_torch_is_unavailable_and_a_run_goes_on(monk
     monkeypatch.setitem(sys.modules, "torch.nn.functional", None)
     with pytest.raises(BaselineUnavailable, match="torch is not installed"):
         time_baseline(load_task("attention-decode"), "torch-sdpa", "tiny-L1")
+
+
+def test_torch_sdpa_baseline_runs_where_the_run_targets():
+    torch = pytest.importorskip("torch", reason="torch not installed")
+    from ksearch.eval.baselines import BaselineUnavailable, load_baseline_module
+
+    task = load_task("attention-decode")
+    assert load_baseline_module(task, "torch-sdpa", "cpu")["_device"]() == "cpu"  # a cpu run: CPU SDPA, GPU or not
+    gpu = load_baseline_module(task, "torch-sdpa", "triton")["_device"]
+    if torch.cuda.is_available():
+        assert gpu() == "cuda"
+    else:
+        with pytest.raises(BaselineUnavailable, match="no CUDA device"):
+            gpu()

@@ -10,7 +10,8 @@ host-device copies. ``call`` may return its own device time in ms (CUDA events a
 candidates are timed), which then replaces the host wall clock (that would add launch and synchronization);
 None: the host wall clock is the time. A baseline whose dependencies are missing raises ``BaselineUnavailable``
 (say why); one that fails while it runs is a RUNTIME_ERROR of that workload, not an exception. The module sees
-``BaselineUnavailable`` and ``CONST_AXES`` (the definition's const axes: name -> value) as globals.
+``BaselineUnavailable``, ``CONST_AXES`` (the definition's const axes: name -> value) and ``TARGET`` (the run's
+target) as globals.
 """
 
 from __future__ import annotations
@@ -34,15 +35,18 @@ class BaselineUnavailable(Exception):
     """A baseline that cannot run here (torch missing, no GPU): the message says why; the run goes on without it."""
 
 
-def load_baseline_module(task: Task, name: str) -> dict:
-    """The namespace of a task's baseline (``run``, optionally ``prepare``). Raises TaskError for an unknown or
-    broken baseline, BaselineUnavailable (from the module) when it cannot run here."""
+def load_baseline_module(task: Task, name: str, target: str = "cpu") -> dict:
+    """The namespace of a task's baseline (``run``, optionally ``prepare``); ``target``: the run's target, which
+    the module sees as ``TARGET`` (a baseline with a GPU path uses it only for GPU targets, so a cpu run is
+    compared with a CPU baseline). Raises TaskError for an unknown or broken baseline, BaselineUnavailable (from
+    the module) when it cannot run here."""
     if name not in task.baseline_sources:
         raise TaskError(f"task {task.name!r} has no baseline {name!r}; known: {sorted(task.baseline_sources)}")
     namespace: dict = {}
     namespace["BaselineUnavailable"] = BaselineUnavailable
     # the definition's const axes (e.g. attention's causal), so one baseline file can serve sibling tasks
     namespace["CONST_AXES"] = {n: a.value for n, a in task.definition.axes.items() if a.type == "const"}
+    namespace["TARGET"] = target
     try:
         exec(compile(task.baseline_sources[name], f"<baseline {name}>", "exec"), namespace)  # noqa: S102
     except BaselineUnavailable:
@@ -58,7 +62,7 @@ def load_baseline(task: Task, name: str):
 
 
 def time_baseline(task: Task, name: str, workload: str, seed: int = 0, repeats: int = 3,
-                  max_time_s: float = 20.0) -> WorkloadResult:
+                  max_time_s: float = 20.0, target: str = "cpu") -> WorkloadResult:
     """Median time (ms) of a baseline on one workload, after one checked warm-up call: the host wall clock, or
     the device ms that ``prepare``'s call returns.
 
@@ -71,7 +75,7 @@ def time_baseline(task: Task, name: str, workload: str, seed: int = 0, repeats: 
         TaskError: an unknown or broken (not loading) baseline, or an unknown workload.
         BaselineUnavailable: the baseline cannot run here (from its module, its ``prepare`` or its ``run``).
     """
-    module = load_baseline_module(task, name)
+    module = load_baseline_module(task, name, target)
     wl = task.workload(workload)
     result = WorkloadResult(workload=wl.label, status=Status.PASSED)
     try:

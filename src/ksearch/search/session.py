@@ -203,14 +203,15 @@ class Session:
             if best_eval.status is not Status.PASSED:
                 self.progress(f"final: the best kernel FAILED on fresh inputs: {best_eval.message}")
             hidden = self._hidden_check(ev, best[1], selected, best_eval)
-        ref_name, reference = reference_timings(self.task, names, cfg.seeds[0], self.progress)
+        ref_name, reference = reference_timings(self.task, names, cfg.seeds[0], self.progress, self.cfg.target)
         return {"best_candidate_id": best[1].id if best else None, "naive": naive.model_dump(mode="json"),
                 "best": best_eval.model_dump(mode="json") if best_eval else None,
                 "hidden": hidden if best else None,
                 "reference": reference, "reference_name": ref_name or "reference"}
 
 
-def reference_timings(task: Task, workloads: list[str], seed: int, progress: Progress) -> tuple[str | None, dict]:
+def reference_timings(task: Task, workloads: list[str], seed: int, progress: Progress,
+                      target: str = "cpu") -> tuple[str | None, dict]:
     """The first of the task's baselines that can run here, timed on ``workloads``: (its name, workload ->
     WorkloadResult as JSON), or (None, {}) where none can. A baseline that cannot run here (BaselineUnavailable)
     or does not load (TaskError) is skipped with the reason; one that fails on a workload is that workload's
@@ -220,7 +221,7 @@ def reference_timings(task: Task, workloads: list[str], seed: int, progress: Pro
         try:
             for w in workloads:
                 progress(f"final: {name} on {w}")
-                reference[w] = time_baseline(task, name, w, seed=seed).model_dump(mode="json")
+                reference[w] = time_baseline(task, name, w, seed=seed, target=target).model_dump(mode="json")
         except (BaselineUnavailable, TaskError) as e:
             progress(f"final: baseline {name} skipped: {e}")
             continue
