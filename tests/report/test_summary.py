@@ -41,3 +41,10 @@ def test_hidden_workloads_passed_or_skipped_are_reported():
                       {"axes": [], "evaluation": {"status": "SKIPPED", "message": "no valid hidden workload"}})
     assert verdict_lines(s) == ["hidden workloads: SKIPPED: no valid hidden workload"]
     assert verdict_lines(final_summary(RUN, 0, None, None, _ev(Status.PASSED, 4.0), None, {}, "numpy", None)) == []
+
+
+def test_baseline_notes_reach_the_summary_and_its_lines():
+    s = final_summary(RUN, 5, "n1", "c", _ev(Status.PASSED, 4.0), _ev(Status.PASSED, 1.0), {}, "reference", "/k.c",
+                      reference_notes=["baseline torch-sdpa skipped: torch is not installed (pip install torch)"])
+    assert s["reference_notes"] == ["baseline torch-sdpa skipped: torch is not installed (pip install torch)"]
+    assert any("torch is not installed" in line for line in verdict_lines(s))

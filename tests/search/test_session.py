@@ -78,6 +78,8 @@ def test_reference_timings_skip_a_baseline_that_does_not_load_and_keep_one_that_
     fails = real + "\n\ndef prepare(**inputs):\n    raise RuntimeError('CUDA out of memory')\n"
     said: list[str] = []
     task = dataclasses.replace(task, baseline_sources={"broken": "1 / 0\n", "fails": fails, "ok": real})
-    name, reference = reference_timings(task, ["tiny"], 0, said.append)
+    name, reference, notes = reference_timings(task, ["tiny"], 0, said.append)
     assert name == "fails" and reference["tiny"]["status"] == "RUNTIME_ERROR", reference
+    assert any(n.startswith("baseline broken skipped") for n in notes)  # the summary says why, not only progress
+    assert any(n.startswith("baseline fails on tiny: RUNTIME_ERROR") and "out of memory" in n for n in notes), notes
     assert any("broken skipped" in s and "ZeroDivisionError" in s for s in said), said

@@ -326,7 +326,8 @@ def show_command(
         summary = final_summary(info, len(evals), best.id if best else None, final.get("best_candidate_id"),
                                 Evaluation.model_validate(final["naive"]),
                                 Evaluation.model_validate(final["best"]) if final.get("best") else None,
-                                final["reference"], final["reference_name"], None, final.get("hidden"))
+                                final["reference"], final["reference_name"], None, final.get("hidden"),
+                                final.get("reference_notes"))
         out.print(summary_table(summary))
         for line in verdict_lines(summary):
             out.print(line, highlight=False)

@@ -14,12 +14,13 @@ from ksearch.search.worldmodel import ROOT_ID, NodeStatus, Tree
 
 def final_summary(run: dict, evaluations: int, best_node: str | None, best_candidate: str | None,
                   naive: Evaluation, best: Evaluation | None, reference: dict[str, dict], reference_name: str,
-                  source_path: str | None, hidden: dict | None = None) -> dict:
+                  source_path: str | None, hidden: dict | None = None, reference_notes: list[str] | None = None) -> dict:
     """The JSON summary of a run (see `ksearch run --json`). Times are medians in ms from the final
     side-by-side measurement; ``speedup_vs_reference`` is reference ms / best ms. With a best kernel:
     ``best_status`` and ``best_message``, its final verdict (fresh inputs, then the hidden workloads); with
     ``hidden`` (``{"axes": [...], "evaluation": {...}}`` as the session stores it): ``hidden_workloads``
-    (status, message, axes)."""
+    (status, message, axes); with ``reference_notes``: ``reference_notes`` (baselines skipped and why, workloads the
+    baseline failed)."""
     rows = []
     for r in naive.workloads:
         if r.median_ms is None:
@@ -44,6 +45,8 @@ def final_summary(run: dict, evaluations: int, best_node: str | None, best_candi
            "best_source": source_path, "reference_baseline": reference_name, "workloads": rows}
     if best is not None:
         out["best_status"], out["best_message"] = best.status.value, best.message
+    if reference_notes:
+        out["reference_notes"] = list(reference_notes)
     if hidden:
         out["hidden_workloads"] = {"status": hidden["evaluation"]["status"],
                                    "message": hidden["evaluation"]["message"], "axes": hidden["axes"]}
@@ -66,6 +69,7 @@ def verdict_lines(summary: dict) -> list[str]:
                          f"secret seed): {shapes}")
         else:
             lines.append(f"hidden workloads: {hidden['status']}: {escape(hidden['message'])}")
+    lines += [f"[dim]{escape(note[:300])}[/]" for note in summary.get("reference_notes", [])]
     return lines
 
 

@@ -165,7 +165,8 @@ class Session:
         best_eval = Evaluation.model_validate(final["best"]) if final.get("best") else None
         return final_summary(self.store.run(), c.evaluations, best[0] if best else None, best_id,
                              Evaluation.model_validate(final["naive"]), best_eval, final["reference"],
-                             final["reference_name"], source_path, final.get("hidden"))
+                             final["reference_name"], source_path, final.get("hidden"),
+                             final.get("reference_notes"))
 
     def _hidden_check(self, ev: Evaluator, candidate, selected, best_eval: Evaluation) -> dict:
         """Check the best kernel on workloads it never saw (sizes drawn with a secret seed, no larger than the
@@ -203,19 +204,22 @@ class Session:
             if best_eval.status is not Status.PASSED:
                 self.progress(f"final: the best kernel FAILED on fresh inputs: {best_eval.message}")
             hidden = self._hidden_check(ev, best[1], selected, best_eval)
-        ref_name, reference = reference_timings(self.task, names, cfg.seeds[0], self.progress, self.cfg.target)
+        ref_name, reference, ref_notes = reference_timings(self.task, names, cfg.seeds[0], self.progress,
+                                                           self.cfg.target)
         return {"best_candidate_id": best[1].id if best else None, "naive": naive.model_dump(mode="json"),
                 "best": best_eval.model_dump(mode="json") if best_eval else None,
                 "hidden": hidden if best else None,
-                "reference": reference, "reference_name": ref_name or "reference"}
+                "reference": reference, "reference_name": ref_name or "reference", "reference_notes": ref_notes}
 
 
 def reference_timings(task: Task, workloads: list[str], seed: int, progress: Progress,
-                      target: str = "cpu") -> tuple[str | None, dict]:
+                      target: str = "cpu") -> tuple[str | None, dict, list[str]]:
     """The first of the task's baselines that can run here, timed on ``workloads``: (its name, workload ->
-    WorkloadResult as JSON), or (None, {}) where none can. A baseline that cannot run here (BaselineUnavailable)
+    WorkloadResult as JSON, notes), or (None, {}, notes) where none can; notes say which baselines were skipped
+    and why, and which workloads the timed one failed (the summary prints them). A baseline that cannot run here (BaselineUnavailable)
     or does not load (TaskError) is skipped with the reason; one that fails on a workload is that workload's
     RUNTIME_ERROR (time_baseline): the final stage never loses the run's measurements to a baseline."""
+    notes: list[str] = []
     for name in task.baseline_sources:
         reference: dict[str, dict] = {}
         try:
@@ -224,6 +228,9 @@ def reference_timings(task: Task, workloads: list[str], seed: int, progress: Pro
                 reference[w] = time_baseline(task, name, w, seed=seed, target=target).model_dump(mode="json")
         except (BaselineUnavailable, TaskError) as e:
             progress(f"final: baseline {name} skipped: {e}")
+            notes.append(f"baseline {name} skipped: {e}")
             continue
-        return name, reference
-    return None, {}
+        notes += [f"baseline {name} on {w}: {r['status']}: {r.get('message', '')}"
+                  for w, r in reference.items() if r.get("status") != "PASSED"]
+        return name, reference, notes
+    return None, {}, notes
