@@ -70,3 +70,29 @@ def test_a_prepared_call_returning_device_ms_is_the_time():
 def test_a_baseline_that_does_not_load_is_a_task_error():
     with pytest.raises(TaskError, match="does not load: ZeroDivisionError"):
         time_baseline(_task("1 / 0\n"), "b", "tiny")
+
+
+def test_an_evaluators_cached_inputs_and_reference_are_used_not_recomputed(monkeypatch):
+    import ksearch.eval.baselines as baselines
+    from ksearch.tasks.inputs import make_inputs
+    from ksearch.tasks.reference import run_reference
+
+    task = load_task("selective-scan")
+    wl = task.workload("tiny")
+
+    class Cases:  # what the final stage's Evaluator offers
+        calls = 0
+
+        def inputs(self, workload, seed):
+            Cases.calls += 1
+            return make_inputs(task.definition, workload, seed), None
+
+        def reference(self, workload, seed, inputs):
+            Cases.calls += 1
+            return run_reference(task.definition, inputs)
+
+    def no_reference(*a, **k):
+        raise AssertionError("the reference was recomputed")
+    monkeypatch.setattr(baselines, "run_reference", no_reference)
+    r = time_baseline(task, "numpy-token-loop", wl.name, seed=3, repeats=1, cases=Cases())
+    assert r.status is Status.PASSED and Cases.calls == 2

@@ -205,7 +205,7 @@ class Session:
                 self.progress(f"final: the best kernel FAILED on fresh inputs: {best_eval.message}")
             hidden = self._hidden_check(ev, best[1], selected, best_eval)
         ref_name, reference, ref_notes = reference_timings(self.task, names, cfg.seeds[0], self.progress,
-                                                           self.cfg.target)
+                                                           self.cfg.target, cases=ev)
         return {"best_candidate_id": best[1].id if best else None, "naive": naive.model_dump(mode="json"),
                 "best": best_eval.model_dump(mode="json") if best_eval else None,
                 "hidden": hidden if best else None,
@@ -213,7 +213,7 @@ class Session:
 
 
 def reference_timings(task: Task, workloads: list[str], seed: int, progress: Progress,
-                      target: str = "cpu") -> tuple[str | None, dict, list[str]]:
+                      target: str = "cpu", cases=None) -> tuple[str | None, dict, list[str]]:
     """The first of the task's baselines that can run here, timed on ``workloads``: (its name, workload ->
     WorkloadResult as JSON, notes), or (None, {}, notes) where none can; notes say which baselines were skipped
     and why, and which workloads the timed one failed (the summary prints them). A baseline that cannot run here (BaselineUnavailable)
@@ -225,7 +225,8 @@ def reference_timings(task: Task, workloads: list[str], seed: int, progress: Pro
         try:
             for w in workloads:
                 progress(f"final: {name} on {w}")
-                reference[w] = time_baseline(task, name, w, seed=seed, target=target).model_dump(mode="json")
+                reference[w] = time_baseline(task, name, w, seed=seed, target=target,
+                                             cases=cases).model_dump(mode="json")
         except (BaselineUnavailable, TaskError) as e:
             progress(f"final: baseline {name} skipped: {e}")
             notes.append(f"baseline {name} skipped: {e}")
