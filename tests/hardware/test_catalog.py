@@ -189,3 +189,14 @@ def test_show_unknown_name_is_one_line_and_exit_2():
 def test_show_name_with_gpu_flag_is_refused():
     result = runner.invoke(app, ["show", "h100", "--gpu"])
     assert result.exit_code == 2
+
+
+def test_device_names_as_the_driver_reports_them_find_their_entries():
+    """cudaGetDeviceProperties names (what the measured spec's model holds): the tensor-core peaks the roofline
+    takes from the catalog depend on finding them."""
+    from ksearch.hardware import catalog
+
+    assert catalog.find("NVIDIA H100 80GB HBM3").name == "h100-sxm"
+    assert catalog.find("NVIDIA H200").name == "h200"
+    assert catalog.find("NVIDIA A100-SXM4-80GB").name == "a100-sxm4-80gb"
+    assert catalog.find("NVIDIA H200 NVL") is None  # another part (lower clocks and peaks): not the SXM entry
