@@ -31,13 +31,6 @@ def naive_candidate(task, target: str) -> Candidate:
     return Candidate(target="triton", sources={"kernel.py": task.naive_sources["triton"]}, entry_point="run")
 
 
-def pack_candidate(kernel, target: str) -> Candidate:
-    """A rendered pack kernel (cuda: with its launch plan) as a candidate."""
-    launch = kernel.launch if target == "cuda" else {}
-    return Candidate(target=target, sources=dict(kernel.sources), entry_point="run", launch=launch,
-                     compile_flags=list(kernel.compile_flags))
-
-
 def check_and_time(evaluate, task, target: str, cand: Candidate, label: str, bench: str,
                    floor_ms: float | None = None) -> None:
     """Judge ``cand`` on every check workload of ``task`` and time it on ``bench``; print the line; assert PASSED."""

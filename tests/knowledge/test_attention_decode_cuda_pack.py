@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from ksearch.eval import static_checks
-from ksearch.eval.records import Candidate
 from ksearch.knowledge import load_pack
 from ksearch.targets import cuda_launch
 from ksearch.targets.cuda import BASE_OPTIONS, combined_source
@@ -35,11 +34,6 @@ MAX_SHARED = 232448
 @pytest.fixture(scope="module")
 def pack():
     return load_pack(TASK, "cuda")
-
-
-def _candidate(k) -> Candidate:
-    return Candidate(target="cuda", sources=dict(k.sources), entry_point="run", launch=k.launch,
-                     compile_flags=list(k.compile_flags))
 
 
 def test_moves_cover_both_families_and_every_decision():
@@ -104,7 +98,7 @@ def test_every_move_renders_passes_static_rules_and_resolves_on_every_workload(p
     for choices, knobs in MOVES:
         k = pack.render(d, choices, knobs)
         src = k.sources["kernel.cu"]
-        findings = static_checks.check(_candidate(k), rules)
+        findings = static_checks.check(k.candidate(), rules)
         assert findings == [], f"{k.choices} {k.knobs}: " + "; ".join(map(str, findings))
         plan = cuda_launch.parse_plan(k.launch, d)
         for launch in plan.launches:
@@ -138,7 +132,7 @@ def test_every_distinct_source_compiles_under_nvrtc(pack):
             names = list(dict.fromkeys(r.kernel for ax in axes for r in cuda_launch.resolve(plan, d, ax)))
         # the code without the pack's provenance comment (its line 1 lists the choices and knobs): moves that
         # change only the split or its knobs share one compile
-        key = "\n".join(x for x in combined_source(_candidate(k)).split("\n") if not x.startswith("// ksearch pack"))
+        key = "\n".join(x for x in combined_source(k.candidate()).split("\n") if not x.startswith("// ksearch pack"))
         jobs.setdefault(key, [choices, knobs, [], list(k.compile_flags)])[2].extend(
             n for n in names if n not in jobs.get(key, [None, None, []])[2])
     # naive; split-kv's root (warps and unroll moves add names, split moves none); ldcs, exp, vec8, vec4, last-block

@@ -10,7 +10,7 @@ import pytest
 from ksearch.knowledge import load_pack
 from ksearch.tasks import load_task
 
-from .gpu_judge import check_and_time, evaluate, naive_candidate, pack_candidate  # noqa: F401 (fixture)
+from .gpu_judge import check_and_time, evaluate, naive_candidate  # noqa: F401 (fixture)
 from .paths import path_id, single_moves
 
 pytestmark = pytest.mark.cuda
@@ -39,4 +39,4 @@ def test_naive_kernel_passes(evaluate, target):
 def test_single_move_passes(evaluate, target, path):
     t = load_task(TASK)
     k = load_pack(TASK, target).render(t.definition, *path)
-    check_and_time(evaluate, t, target, pack_candidate(k, target), path_id(path), BENCH, FLOOR_MS)
+    check_and_time(evaluate, t, target, k.candidate(), path_id(path), BENCH, FLOOR_MS)

@@ -23,7 +23,7 @@ from ksearch.tasks.inputs import make_inputs
 from ksearch.tasks.reference import run_reference
 
 from .paths import path_id, random_paths, single_moves
-from .test_attention_mlx_metal_pack import (ATTENTION_STUBS, LANE, LIMIT, TARGET, candidate, proposer_candidates,
+from .test_attention_mlx_metal_pack import (ATTENTION_STUBS, LANE, LIMIT, TARGET, proposer_candidates,
                                             static_problem)
 from .test_selective_scan_mlx_metal import METAL_STUBS, as_cpp
 
@@ -50,7 +50,7 @@ def test_every_move_and_sampled_path_passes_the_static_pass(path):
     choices, knobs = path
     k = PACK.render(TASK.definition, choices, knobs)
     assert list(k.sources) == ["kernel.metal"]
-    cand = candidate(k)
+    cand = k.candidate()
     assert static_problem(TASK, cand) is None, static_problem(TASK, cand)
     if k.family == "split-kv":
         decls = _static_tg_bytes(cand)
@@ -67,7 +67,7 @@ def test_every_move_and_sampled_path_passes_the_static_pass(path):
 
 def test_a_split_over_32_kb_is_rejected_by_the_static_pass():
     k = PACK.render(TASK.definition, {"family": "split-kv"}, {"simdgroups": 16, "heads_per_group": 8})
-    cand = candidate(k)
+    cand = k.candidate()
     big = cand.model_copy(update={"launch": {**cand.launch, "threadgroup": [1024, 1, 1],
                                              "template": {"NSG": 32, "HG": 8}}})
     (f,) = sc.check(big, sc.rules_for(TARGET))
@@ -181,7 +181,7 @@ def test_every_body_type_checks_as_cpp_against_metal_declarations(tmp_path):
     axes = TASK.definition.axis_values(TASK.workload("d80"))
     naive = Candidate(target=TARGET, sources={"kernel.metal": TASK.naive_sources[TARGET]},
                       launch=TASK.naive_launch[TARGET])
-    bodies = [naive] + [candidate(PACK.render(TASK.definition, c, kn)) for c, kn in PATHS]
+    bodies = [naive] + [PACK.render(TASK.definition, c, kn).candidate() for c, kn in PATHS]
     units = [METAL_STUBS, ATTENTION_STUBS] + [as_cpp(c, TASK.definition, f"d{i}", axes) for i, c in enumerate(bodies)]
     src = tmp_path / "bodies.cpp"
     src.write_text("\n".join(units))

@@ -62,10 +62,6 @@ def _axes(task) -> list[dict]:
     return out
 
 
-def _mlx(k) -> Candidate:
-    return Candidate(target="mlx-cuda", sources=dict(k.sources), launch=k.launch)
-
-
 def _cuda_choices(task, cuda_pack, choices, knobs):
     """For the cuda pack's render of the same move: axes -> (template arguments, shared bytes) of the launch its
     plan runs for them (the first, `when`-selected one)."""
@@ -103,7 +99,7 @@ def test_prefill_move_passes_static_rules_and_matches_the_cuda_buckets(task_name
     task, pack, cuda = _task(task_name), _pack(task_name, "mlx-cuda"), _pack(task_name, "cuda")
     choices, knobs = move
     k = pack.render(task.definition, choices, knobs)
-    findings = static_checks.check(_mlx(k), static_checks.rules_for("mlx-cuda"))
+    findings = static_checks.check(k.candidate(), static_checks.rules_for("mlx-cuda"))
     assert findings == [], "; ".join(map(str, findings))
     src = k.sources["kernel.cu"]
     assert src.count(BODY_MARKER) == 1 and "__global__" not in src and "<<<" not in src
@@ -128,7 +124,7 @@ def test_decode_move_passes_static_rules_and_matches_the_cuda_buckets(move):
     task, pack, cuda = _task(DECODE), _pack(DECODE, "mlx-cuda"), _pack(DECODE, "cuda")
     choices, knobs = move
     k = pack.render(task.definition, choices, knobs)
-    findings = static_checks.check(_mlx(k), static_checks.rules_for("mlx-cuda"))
+    findings = static_checks.check(k.candidate(), static_checks.rules_for("mlx-cuda"))
     assert findings == [], "; ".join(map(str, findings))
     src = k.sources["kernel.cu"]
     assert src.count(BODY_MARKER) == 1 and "__global__" not in src and "decode_combine(" not in src
@@ -184,7 +180,7 @@ def _units() -> list[tuple[str, Candidate, object, dict, bool]]:
         task, pack = _task(task_name), _pack(task_name, "mlx-cuda")
         first = _axes(task)[0]
         for fam in pack.families:
-            c = _mlx(pack.render(task.definition, {"family": fam.id}, {}))
+            c = pack.render(task.definition, {"family": fam.id}, {}).candidate()
             plan = mlxt.parse_launch(c.launch, task.definition, "mlx-cuda")
             extra = []
             if (task_name, fam.id) == ("attention-prefill", "flash"):

@@ -28,7 +28,7 @@ from ksearch.eval.records import Candidate
 from ksearch.hardware import catalog
 from ksearch.knowledge import load_pack
 from ksearch.proposers.patterns import PatternsProposer
-from ksearch.search.edits import Insert, apply
+from ksearch.search.edits import apply
 from ksearch.search.static_pass import _problem, check_candidates
 from ksearch.search.worldmodel import ROOT_ID, EvalSummary, Tree, attach
 from ksearch.targets import get_target
@@ -66,11 +66,6 @@ template <typename T> T simd_max(T);
 """
 
 
-def candidate(k) -> Candidate:
-    return Candidate(target=TARGET, sources=dict(k.sources), entry_point=k.entry_point, launch=dict(k.launch),
-                     compile_flags=list(k.compile_flags))
-
-
 def static_problem(task, cand: Candidate) -> str | None:
     """What the static pass says of a candidate (None: it passes): the compile step, the mlx-metal rules and
     limits, the launch resolved for every workload."""
@@ -80,7 +75,7 @@ def static_problem(task, cand: Candidate) -> str | None:
 def threadgroup_bytes(k, axes: dict) -> tuple[int, list]:
     """Threadgroup bytes the body declares, measured by the static limit's own code with the launch's template
     constants *and* the axes substituted (the static pass has only the former); and the declarations."""
-    code = "\n".join(t for _, t in sc.views(candidate(k)).code["kernel.metal"])
+    code = "\n".join(t for _, t in sc.views(k.candidate()).code["kernel.metal"])
     consts, aliases = sl.constants(code, "metal", {**axes, **k.launch.get("template", {})})
     decls, _ = sl.declarations(code, "threadgroup", "metal", consts, aliases)
     assert all(d.bytes is not None for d in decls), [d.describe() for d in decls]
@@ -111,7 +106,7 @@ def test_every_move_and_sampled_path_passes_the_static_pass_and_fits_32_kb(task_
         assert list(k.sources) == ["kernel.metal"] and k.target == TARGET
         body = k.sources["kernel.metal"]
         assert "kernel void" not in body and "[[kernel]]" not in body
-        cand = candidate(k)
+        cand = k.candidate()
         assert static_problem(task, cand) is None, (path_id((choices, knobs)), static_problem(task, cand))
         tmpl = k.launch.get("template", {})
         used = {n for n in ("NSG", "BK") if re.search(rf"\b{n}\b", body)}
@@ -136,8 +131,8 @@ def test_the_flash_tile_at_head_dim_256_is_measured_and_an_oversized_one_is_reje
     axes = {**task.definition.axis_values(task.workloads[-1]), "head_dim": 256}
     assert threadgroup_bytes(k, axes)[0] == 264 * 40 * 2
     # the static pass itself cannot size it (head_dim is a template constant it does not know): not counted
-    assert sc.check(candidate(k), [r for r in sc.rules_for(TARGET) if r.id == "threadgroup-memory"]) == []
-    big = candidate(k).model_copy(update={"launch": {**k.launch, "template": {"NSG": 4, "BK": 64}}})
+    assert sc.check(k.candidate(), [r for r in sc.rules_for(TARGET) if r.id == "threadgroup-memory"]) == []
+    big = k.candidate().model_copy(update={"launch": {**k.launch, "template": {"NSG": 4, "BK": 64}}})
     body = big.sources["kernel.metal"].replace("constexpr int DP = (head_dim + 7) / 8 * 8;", "constexpr int DP = 256;")
     big = big.model_copy(update={"sources": {"kernel.metal": body}})
     (f,) = sc.check(big, sc.rules_for(TARGET))
@@ -345,7 +340,7 @@ def test_every_body_type_checks_as_cpp_against_metal_declarations(tmp_path):
         axes = task.definition.axis_values(task.workload(wl))
         naive = Candidate(target=TARGET, sources={"kernel.metal": task.naive_sources[TARGET]},
                           launch=task.naive_launch[TARGET])
-        bodies = [naive] + [candidate(PACK.render(task.definition, c, kn)) for c, kn in PATHS]
+        bodies = [naive] + [PACK.render(task.definition, c, kn).candidate() for c, kn in PATHS]
         for i, cand in enumerate(bodies):
             units.append(as_cpp(cand, task.definition, f"k_{task_name.replace('-', '_')}_{i}", axes))
     src = tmp_path / "bodies.cpp"

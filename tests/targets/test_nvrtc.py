@@ -8,7 +8,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from ksearch.eval.records import Candidate
 from ksearch.knowledge import load_pack
 from ksearch.targets import cuda_launch
 from ksearch.targets.cuda import BASE_OPTIONS, combined_source
@@ -34,8 +33,7 @@ def _kernels():
                 continue
             for fam in pack.families:
                 k = pack.render(t.definition, {"family": fam.id}, {})
-                c = Candidate(target="cuda", sources=dict(k.sources), entry_point="run", launch=k.launch,
-                              compile_flags=list(k.compile_flags))
+                c = k.candidate()
                 plan = cuda_launch.parse_plan(k.launch, t.definition)
                 out.append((f"{name}: {fam.id}", combined_source(c), [*BASE_OPTIONS, *k.compile_flags],
                             plan.kernel_names()))

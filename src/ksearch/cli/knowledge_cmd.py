@@ -62,7 +62,6 @@ def render_command(
     from pathlib import Path
 
     from ksearch.errors import KnowledgeError
-    from ksearch.eval.records import Candidate
     from ksearch.knowledge import load_pack
     from ksearch.tasks import load_task
     from ksearch.targets.base import resolve_target
@@ -82,10 +81,8 @@ def render_command(
         else:
             knobs[key] = int(value) if value.lstrip("-").isdigit() else value
     kernel = pack.render(t.definition, choices, knobs)  # KnowledgeError: unknown choice/knob, named
-    cand = Candidate(target=pack.target, sources=dict(kernel.sources), entry_point=kernel.entry_point,
-                     compile_flags=list(kernel.compile_flags), launch=dict(kernel.launch),
-                     meta={"proposer": "knowledge render", "pack": kernel.pack, "family": kernel.family,
-                           "choices": kernel.choices, "knobs": kernel.knobs, "task": t.name})
+    cand = kernel.candidate({"proposer": "knowledge render", "pack": kernel.pack, "family": kernel.family,
+                             "choices": kernel.choices, "knobs": kernel.knobs, "task": t.name})
     text = cand.model_dump_json(indent=2)
     if out:
         try:

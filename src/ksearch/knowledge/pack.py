@@ -74,6 +74,13 @@ class RenderedKernel(BaseModel):
             h.update(b"launch\0" + json.dumps(self.launch, sort_keys=True).encode())
         return h.hexdigest()
 
+    def candidate(self, meta: dict | None = None):
+        """This kernel as the judge's Candidate (sources, entry point, flags, launch plan; ``meta`` as given)."""
+        from ksearch.eval.records import Candidate
+
+        return Candidate(target=self.target, sources=dict(self.sources), entry_point=self.entry_point,
+                         compile_flags=list(self.compile_flags), launch=dict(self.launch), meta=dict(meta or {}))
+
 
 class ResolvedPath(BaseModel):
     """A family and a choice for each of its decisions (given or default), with the knobs' values."""

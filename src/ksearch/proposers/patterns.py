@@ -54,12 +54,8 @@ class PatternsProposer:
 
     def _candidate(self, choices: dict, knobs: dict) -> Candidate:
         kernel = self.pack.render(self.definition, choices, knobs)
-        return Candidate(
-            target=self.pack.target, sources=dict(kernel.sources), entry_point=kernel.entry_point,
-            compile_flags=list(kernel.compile_flags), launch=dict(kernel.launch),
-            meta={"proposer": self.name, "pack": kernel.pack, "family": kernel.family, "choices": kernel.choices,
-                  "knobs": kernel.knobs},
-        )
+        return kernel.candidate({"proposer": self.name, "pack": kernel.pack, "family": kernel.family,
+                                 "choices": kernel.choices, "knobs": kernel.knobs})
 
     def violation(self, choices: dict, knobs: dict) -> str | None:
         """Why the kernel of a path would break a hard limit of the device (the static checks' messages: the

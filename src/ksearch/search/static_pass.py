@@ -55,8 +55,7 @@ def check_candidates(task: Task, target: str, workloads=None) -> list[Checked]:
     for path in _paths(pack):
         k = pack.render(task.definition, path)
         label = " ".join([k.family] + [f"{d}={c}" for d, c in path.items() if d != "family"])
-        generated.append((label, Candidate(target=target, sources=k.sources, launch=k.launch,
-                                           compile_flags=k.compile_flags)))
+        generated.append((label, k.candidate()))
     out = []
     for label, cand in generated:
         out.append(Checked(label, cand, _problem(t, cand, task, rules, selected)))
