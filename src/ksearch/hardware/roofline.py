@@ -32,19 +32,17 @@ def _non_negative(name: str, value: float) -> float:
     return float(value)
 
 
-def peak_for(spec: HardwareSpec, dtype: str) -> tuple[str, float | None]:
-    """(key, FLOP/s) of the peak a roofline uses for FLOPs in ``dtype`` (a ``peak_flops`` key): the spec's own
-    figure for ``dtype``; for a tensor key (``tensor_float16``...) the spec lacks, its ``float32`` peak on a CPU
-    (no matrix units modelled: the kernels compute in fp32 there) and None on a GPU (its matrix-unit peak is
+def peak_for(spec: HardwareSpec, dtype: str) -> float | None:
+    """FLOP/s of the peak a roofline uses for FLOPs in ``dtype`` (a ``peak_flops`` key): the spec's own figure
+    for ``dtype``; for a tensor key (``tensor_float16``...) the spec lacks, its ``float32`` peak on a CPU (no
+    matrix units modelled: the kernels compute in fp32 there) and None on a GPU (its matrix-unit peak is
     unknown: no compute term rather than one from the far slower vector units, which would put the floor above
-    what tensor-core kernels reach and make the judge reject them as too fast)."""
+    what tensor-core kernels reach and make the judge reject them as too fast); None for any other missing key."""
     if dtype in spec.peak_flops:
-        return dtype, spec.peak_flops[dtype]
-    if dtype.startswith("tensor_"):
-        if spec.kind == "cpu" and "float32" in spec.peak_flops:
-            return "float32", spec.peak_flops["float32"]
-        return dtype, None
-    return dtype, None
+        return spec.peak_flops[dtype]
+    if dtype.startswith("tensor_") and spec.kind == "cpu":
+        return spec.peak_flops.get("float32")
+    return None
 
 
 def roofline(
@@ -62,7 +60,7 @@ def roofline(
     nbytes = _non_negative("bytes", bytes)
     nflops = _non_negative("flops", flops)
     nexp = _non_negative("transcendentals", transcendentals)
-    _, peak = peak_for(spec, dtype)
+    peak = peak_for(spec, dtype)
     if peak is None and nflops > 0 and not dtype.startswith("tensor_"):
         raise HardwareError(f"hardware {spec.name!r} has no peak_flops for dtype {dtype!r}: {sorted(spec.peak_flops)}")
     memory_s = nbytes / (spec.memory_bandwidth_gbs * 1e9)
