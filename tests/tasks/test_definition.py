@@ -243,9 +243,3 @@ def test_a_distribution_that_cannot_draw_finite_values_is_refused_at_load(dist):
     with pytest.raises(ValueError):
         Workload.model_validate({"axes": AXES, "distributions": {"delta": dist}})
 
-
-def test_flops_on_keys_are_the_hardware_catalogs_peak_flops_keys():
-    from ksearch.hardware.catalog import FIGURES
-    from ksearch.tasks.definition import FLOPS_ON_KEYS
-
-    assert set(FLOPS_ON_KEYS) == {k.removeprefix("peak_flops.") for k in FIGURES if k.startswith("peak_flops.")}

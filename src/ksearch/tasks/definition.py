@@ -26,11 +26,11 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ksearch.errors import TaskError
+from ksearch.hardware.catalog import FIGURES
 
-#: The ``peak_flops`` keys a cost model's ``flops_on`` may name: the hardware catalog's (``ksearch.hardware.catalog
-#: FIGURES``; a test keeps the two in step): plain dtypes are vector/SIMD rates, ``tensor_*`` matrix-unit rates.
-FLOPS_ON_KEYS: tuple[str, ...] = ("float32", "float16", "bfloat16", "float64", "tensor_float64", "tensor_tf32",
-                                  "tensor_float16", "tensor_bfloat16", "tensor_float8", "tensor_float4")
+#: The ``peak_flops`` keys a cost model's ``flops_on`` may name: the hardware catalog's figures (plain dtypes are
+#: vector/SIMD rates, ``tensor_*`` matrix-unit rates).
+FLOPS_ON_KEYS: tuple[str, ...] = tuple(k.removeprefix("peak_flops.") for k in FIGURES if k.startswith("peak_flops."))
 
 #: dtype name -> bytes per element. Names as flashinfer-bench spells them.
 DTYPE_BYTES: dict[str, float] = {
