@@ -7,7 +7,6 @@ the per-key online softmax and the in-kernel combine are emulated in NumPy with 
 the float64 reference; the bodies type-check as C++ against Metal stubs."""
 
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -25,7 +24,7 @@ from ksearch.tasks.reference import run_reference
 from .paths import path_id, random_paths, single_moves
 from .test_attention_mlx_metal_pack import (ATTENTION_STUBS, LANE, LIMIT, TARGET, proposer_candidates,
                                             static_problem)
-from .test_selective_scan_mlx_metal import METAL_STUBS, as_cpp
+from .test_selective_scan_mlx_metal import METAL_STUBS, as_cpp, cpp_syntax
 
 TASK = load_task("attention-decode")
 PACK = load_pack("attention-decode", TARGET)
@@ -185,8 +184,6 @@ def test_every_body_type_checks_as_cpp_against_metal_declarations(tmp_path):
     units = [METAL_STUBS, ATTENTION_STUBS] + [as_cpp(c, TASK.definition, f"d{i}", axes) for i, c in enumerate(bodies)]
     src = tmp_path / "bodies.cpp"
     src.write_text("\n".join(units))
-    r = subprocess.run(["g++", "-std=c++14", "-fsyntax-only", "-pedantic-errors", "-Wall", "-Werror",
-                        "-Wno-unused-variable", "-Wno-unused-but-set-variable", str(src)],
-                       capture_output=True, text=True, timeout=300)
+    r = cpp_syntax(src)
     assert r.returncode == 0, r.stderr[-4000:]
     assert src.read_text().count("s = metal::simd_sum(s);") >= 5
