@@ -17,7 +17,7 @@ from ksearch.targets import get_target
 from ksearch.tasks import load_task
 
 from .paths import path_id, random_paths, single_moves
-from .triton_interp import interpreter_worker
+from .triton_interp import SERVE, interpreter_worker
 
 TASK = "attention-decode"
 
@@ -71,8 +71,7 @@ def test_every_move_and_sampled_path_renders_and_passes_static_rules(pack):
 #: ({"source", "shapes"}) and answers {"excess": {shape name: value}, "splits": {...}} or {"error"}: the excess is
 #: max(|o - ref| - (atol + rtol |ref|)) of run() against the task's float64 reference on fresh fp16 inputs (v of
 #: std 1), null where o has a NaN or an unwritten element.
-WORKER = r"""
-import importlib.util, json, sys, tempfile, traceback
+WORKER = SERVE + r"""
 import numpy as np, torch
 from ksearch.tasks import load_task
 
@@ -95,21 +94,7 @@ def excess(mod, shape):
         return None
     return float(np.max(np.abs(got - ref) - (tol.atol + tol.rtol * np.abs(ref))))
 
-tmp = tempfile.mkdtemp()
-for n, line in enumerate(sys.stdin):
-    req = json.loads(line)
-    try:
-        path = f"{tmp}/kernel_{n}.py"
-        with open(path, "w") as f:
-            f.write(req["source"])
-        spec = importlib.util.spec_from_file_location(f"kernel_{n}", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        out = {"excess": {s[0]: excess(mod, s) for s in req["shapes"]}}
-    except Exception:
-        out = {"error": traceback.format_exc()[-3000:]}
-    sys.stdout.write(json.dumps(out) + "\n")
-    sys.stdout.flush()
+serve(lambda mod, req: {"excess": {s[0]: excess(mod, s) for s in req["shapes"]}})
 """
 
 

@@ -20,7 +20,7 @@ from ksearch.targets import get_target
 from ksearch.tasks import load_task
 
 from .paths import path_id, random_paths, single_moves
-from .triton_interp import interpreter_worker
+from .triton_interp import SERVE, interpreter_worker
 
 TASKS = ["attention-prefill", "attention-prefill-noncausal"]
 BF16_TASKS = ["attention-prefill-bf16", "attention-prefill-noncausal-bf16"]
@@ -88,8 +88,7 @@ def test_description_says_nothing_ran_on_a_gpu(pack):
 #: Triton's interpreter (3.x) holds bfloat16 as its uint16 bits and its tl.dot hands those integers to np.matmul
 #: unconverted; the worker widens bfloat16 dot operands to float32 first (exact, as the tensor cores' products
 #: with fp32 accumulation are). Its bfloat16 loads, stores and casts (p.to(bf16): nearest even) are its own.
-WORKER = r"""
-import importlib.util, json, sys, tempfile, traceback
+WORKER = SERVE + r"""
 import numpy as np, torch
 from ksearch.tasks import load_task
 import triton.language as tl
@@ -121,22 +120,7 @@ def excess(mod, task, shape):
     tol = task.definition.tolerance[dtype]
     return float(np.max(np.abs(got - ref) - (tol.atol + tol.rtol * np.abs(ref))))
 
-tmp = tempfile.mkdtemp()
-for n, line in enumerate(sys.stdin):
-    req = json.loads(line)
-    try:
-        path = f"{tmp}/kernel_{n}.py"
-        with open(path, "w") as f:
-            f.write(req["source"])
-        spec = importlib.util.spec_from_file_location(f"kernel_{n}", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        task = load_task(req["task"])
-        out = {"excess": {s[0]: excess(mod, task, s) for s in req["shapes"]}}
-    except Exception:
-        out = {"error": traceback.format_exc()[-3000:]}
-    sys.stdout.write(json.dumps(out) + "\n")
-    sys.stdout.flush()
+serve(lambda mod, req: {"excess": {s[0]: excess(mod, load_task(req["task"]), s) for s in req["shapes"]}})
 """
 
 

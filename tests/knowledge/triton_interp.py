@@ -9,6 +9,31 @@ import sys
 
 import pytest
 
+#: The worker's request loop, for a module's WORKER script to start with and end by calling ``serve(answer)``:
+#: each request line ({"source", ...}) is written to a file and imported as a module, then answered with
+#: ``answer(module, request)`` (a JSON object), or {"error": traceback} when anything raises.
+SERVE = r"""
+import importlib.util, json, sys, tempfile, traceback
+
+
+def serve(answer):
+    tmp = tempfile.mkdtemp()
+    for n, line in enumerate(sys.stdin):
+        req = json.loads(line)
+        try:
+            path = f"{tmp}/kernel_{n}.py"
+            with open(path, "w") as f:
+                f.write(req["source"])
+            spec = importlib.util.spec_from_file_location(f"kernel_{n}", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            out = answer(mod, req)
+        except Exception:
+            out = {"error": traceback.format_exc()[-3000:]}
+        sys.stdout.write(json.dumps(out) + "\n")
+        sys.stdout.flush()
+"""
+
 
 def interpreter_worker(script: str, probe: dict):
     """Start ``script`` under TRITON_INTERPRET=1 and yield send(request) -> reply; skips (with the reason) without
