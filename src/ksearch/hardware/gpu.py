@@ -162,9 +162,9 @@ def load_or_measure_gpu(refresh: bool = False) -> HardwareSpec:
         spec = load_spec(gpu_fingerprint(gpu_facts()))
         if spec is not None:
             return with_catalog_tensor_peaks(spec)
-    spec = with_catalog_tensor_peaks(measure_gpu_spec())
-    save_spec(spec)
-    return spec
+    spec = measure_gpu_spec()
+    save_spec(spec)  # the cache keeps measurements only: the catalog's figures are added fresh on every load
+    return with_catalog_tensor_peaks(spec)
 
 
 def with_catalog_tensor_peaks(spec: HardwareSpec) -> HardwareSpec:
