@@ -46,8 +46,8 @@ def test_moves_cover_both_families_and_every_decision():
     assert {d for c, _ in MOVES for d in c if d != "family"} == {"split", "group_math", "exp", "kv_loads", "masking"}
 
 
-def test_description_says_nothing_ran_on_a_gpu(pack):
-    assert "NOTHING HERE HAS RUN ON A GPU YET" in pack.description
+def test_description_says_what_ran_on_a_gpu_and_what_did_not(pack):
+    assert "RAN ON THE H200" in pack.description and "NOT RUN ON A GPU" in pack.description
 
 
 def test_every_move_and_sampled_path_renders_and_passes_static_rules(pack):
