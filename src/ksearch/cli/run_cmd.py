@@ -51,9 +51,13 @@ def _drive(session: Session, as_json: bool, time_limit_s: float | None = None) -
                 note = "" if not r.reused else " (no kernel: nothing judged)" if not r.evaluation.candidate_id \
                     else " (same kernel as before, not re-run)"
                 why = r.decision.reason.split(";")[0]
+                ev = r.evaluation
+                took = "" if r.reused or ev.wall_s is None else \
+                    f" {ev.wall_s:5.1f}s" + (f" (load {ev.load_s:.1f}s)" if ev.load_s else "")
                 # labels are the planner's words (a model's, with the llm proposer): never markup
                 bar.console.print(f"  [{r.seq:>3}] {r.node_id:<5} {escape(f'{r.label[:26]:<26}')} "
-                                  f"{r.node_status:<9} {score:>8}{note}  [dim]{escape(why[:60])}[/]", highlight=False)
+                                  f"{r.node_status:<9} {score:>8}{note}{took}  [dim]{escape(why[:60])}[/]",
+                                  highlight=False)
 
         try:  # Ctrl-C anywhere: the naive baseline, the search or the final measurements
             c.start()

@@ -144,6 +144,12 @@ class Evaluator:
 
         ``timing``: True times every workload, False none, ``"bench"`` only workloads whose purpose is bench.
         """
+        t_begin = time.perf_counter()
+        ev = self._evaluate(candidate, workloads, timing, with_speedup)
+        ev.wall_s = round(time.perf_counter() - t_begin, 3)
+        return ev
+
+    def _evaluate(self, candidate: Candidate, workloads, timing, with_speedup) -> Evaluation:
         selected = [w if isinstance(w, Workload) else self.task.workload(w) for w in workloads] if workloads \
             else self.task.select(None)
         ev = Evaluation(candidate_id=candidate.id, task=self.task.name, target=self.target.name,
@@ -198,6 +204,7 @@ class Evaluator:
                                                        message="not run: an earlier workload failed"))
                     continue
                 if worker is None or worker.proc.poll() is not None:
+                    t_load = time.perf_counter()
                     worker = self._start_worker(scratch, artifact, len(selected))
                     try:
                         reply = worker.request({"op": "load", "target": self.target.name, "artifact": str(artifact),
@@ -211,6 +218,7 @@ class Evaluator:
                         worker.close()
                         worker = None
                         continue
+                    ev.load_s = round((ev.load_s or 0.0) + time.perf_counter() - t_load, 3)
                     ev.sandbox = _sandbox_summary(reply.get("sandbox") or {})
                     if not reply.get("ok"):
                         status = _failure_status(reply)  # COMPILE_ERROR: cuda's NVRTC, triton's import
@@ -220,7 +228,9 @@ class Evaluator:
                                                            message=reply.get("error", "load failed")))
                         continue
                 timed = timing if isinstance(timing, bool) else wl.purpose == timing
+                t_wl = time.perf_counter()
                 result = self._run_one(worker, wl, timed, scratch)
+                result.wall_s = round(time.perf_counter() - t_wl, 3)
                 if with_speedup and result.median_ms and wl.label in self.naive_ms:
                     result.speedup_vs_naive = self.naive_ms[wl.label] / result.median_ms
                 ev.workloads.append(result)

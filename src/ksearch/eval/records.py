@@ -79,6 +79,9 @@ class WorkloadResult(BaseModel):
     achieved_gbs: float | None = None
     pct_of_floor: float | None = None  # 100 * floor / median; 100 = at the floor
     speedup_vs_naive: float | None = None
+    #: the judge's wall-clock seconds on this workload: inputs, reference, checked calls, timing (where the
+    #: search's time goes; a worker's start and the kernel's load are in the Evaluation's load_s)
+    wall_s: float | None = None
 
 
 class Evaluation(BaseModel):
@@ -92,6 +95,10 @@ class Evaluation(BaseModel):
     message: str = ""
     compile_log: str = ""
     compile_s: float | None = None
+    #: the judge's wall-clock seconds for the whole evaluation (static checks, compile, every workload)
+    wall_s: float | None = None
+    #: of which starting workers and loading the kernel into them (imports, NVRTC, Triton's module import)
+    load_s: float | None = None
     workloads: list[WorkloadResult] = Field(default_factory=list)
     #: what the sandbox enforced on the worker (see `ksearch.eval.jail.enter`); empty when none ran
     sandbox: dict[str, Any] = Field(default_factory=dict)
