@@ -38,7 +38,7 @@ def pack():
 
 def test_moves_cover_both_families_and_every_decision():
     assert {c["family"] for c, _ in MOVES} == {"naive-heads", "split-kv"}
-    assert {d for c, _ in MOVES for d in c if d != "family"} == {"split", "loads", "cache_hint", "exp", "combine"}
+    assert {d for c, _ in MOVES for d in c if d != "family"} == {"split", "pipeline", "loads", "cache_hint", "exp", "combine"}
 
 
 def test_rendering_is_deterministic(pack):

@@ -135,8 +135,8 @@ def test_without_the_running_max_rescale_fails(pack, interpreter):
 
 def test_without_the_log_sum_exp_rescale_fails(pack, interpreter):
     """The combine weighting every chunk by 1 instead of e^(lse_c - M) (each chunk's o_c averaged): fails as soon
-    as a row has several chunks (g8-d64: 5 chunks), passes with one (kv_len 1)."""
-    src = pack.render(load_task(TASK).definition, {"family": "split-kv"}, {}).sources["kernel.py"]
+    as a row has several chunks (g8-d64: 5 chunks under the occupancy split), passes with one (kv_len 1)."""
+    src = pack.render(load_task(TASK).definition, {"family": "split-kv", "split": "occupancy"}, {}).sources["kernel.py"]
     broken, n = re.subn(r"w = tl\.exp2\(tl\.load\(mid_lse (.*)\) - lse_max\)", r"w = tl.load(mid_lse \1) * 0.0 + 1.0",
                         src)
     assert n == 1
