@@ -472,6 +472,20 @@ def measure_ceilings(device: str, timers: dict) -> dict:
     return out
 
 
+def same_size_copy_ms(nbytes: float, timers: dict) -> float:
+    """Median ms of a device-to-device torch copy moving ``nbytes`` (nbytes / 2 read, nbytes / 2 written), timed as
+    the kernels are: what a pure stream of a decode call's size reaches, ramp and tail included, where the 2 GiB
+    copy's bandwidth is the steady state."""
+    import torch
+
+    n = max(1, int(nbytes // 8))   # float32 elements: 4 bytes read + 4 written each
+    a = torch.ones(n, dtype=torch.float32, device="cuda")
+    b = torch.empty_like(a)
+    t = timers["cuda"](lambda: b.copy_(a), reps=30, warmup=3)
+    del a, b
+    return t["median_ms"]
+
+
 def versions() -> dict:
     from selective_scan_h200 import versions as base
 
@@ -686,6 +700,7 @@ def run_task(name, task, bench, impls, status, args, ceil, timers, say, deadline
         arrs = make_inputs(d, w, seed=1)
         tensors = {dt: to_device(arrs, args.device, dt, kdt) for dt in {i.dtype for i in impls}}
         rows, errors = {}, {}
+        size_copy_ms = same_size_copy_ms(cost.bytes, timers) if is_decode(name) and args.device == "cuda" else None
         for impl in impls:
             if status[impl.label]["status"] != "passed":
                 continue
@@ -703,7 +718,8 @@ def run_task(name, task, bench, impls, status, args, ceil, timers, say, deadline
                 fl = floor_ms(cost.flops, cost.bytes, ceil["copy_bytes_per_s"], peak)
                 rows[impl.label] = {**row_metrics(t["median_ms"], cost.flops, cost.bytes, fl, ceil["copy_bytes_per_s"]),
                                     "min_ms": t["min_ms"], "repeats": t["repeats"], "group": impl.group,
-                                    "dtype": impl.dtype, "clock": p.clock, "note": p.note}
+                                    "dtype": impl.dtype, "clock": p.clock, "note": p.note,
+                                    "pct_size_copy": 100 * size_copy_ms / t["median_ms"] if size_copy_ms else None}
                 del p
             except Unavailable as e:
                 errors[impl.label] = f"unavailable: {e}"
@@ -713,7 +729,7 @@ def run_task(name, task, bench, impls, status, args, ceil, timers, say, deadline
                 torch.cuda.synchronize()
         fl = floor_ms(cost.flops, cost.bytes, ceil["copy_bytes_per_s"], ceil["peak_flops"][kdt]["value"])
         out[w.name] = {"axes": axes, "cost": cost.model_dump(), "dtype": kdt, "floor": fl, "rows": rows,
-                       "errors": errors}
+                       "errors": errors, "size_copy_ms": size_copy_ms}
         say(f"{name} {w.name}: " + ", ".join(f"{k} {v['ms']:.4f} ms" for k, v in sorted(rows.items(), key=lambda kv: kv[1]["ms"])))
         del tensors
         if args.device == "cuda":
@@ -776,6 +792,10 @@ def verdicts(results: dict, ceil: dict) -> list[dict]:
     return out
 
 
+def ceil_bw(report: dict) -> float:
+    return report["ceilings"]["copy_bytes_per_s"]
+
+
 def render(report: dict) -> str:
     c = report["ceilings"]
     lines = [f"# Attention on {report['gpu'] or 'CPU (smoke mode)'}", "",
@@ -809,18 +829,24 @@ def render(report: dict) -> str:
     for task, wls in report["results"].items():
         for wname, w in wls.items():
             fl = w["floor"]
+            sc = w.get("size_copy_ms")
             lines += [f"## {task}: {wname} {w['axes']}", "",
                       f"{w['cost']['flops'] / 1e12:.3f} TFLOP, {w['cost']['bytes'] / 1e6:.1f} MB; {w['dtype']} floor "
-                      f"{fl['floor_ms']:.4f} ms ({fl['bound']}-bound)", ""]
+                      f"{fl['floor_ms']:.4f} ms ({fl['bound']}-bound)"
+                      + (f"; a torch copy moving the same {w['cost']['bytes'] / 1e6:.1f} MB took {sc:.4f} ms "
+                         f"({w['cost']['bytes'] / (sc * 1e-3) / ceil_bw(report) * 100:.1f}% of the copy bandwidth: "
+                         f"'% same-size copy' = that copy's ms / the row's)" if sc else ""), ""]
             cmp = compare(w["rows"], report["dtypes"])
             refs = cmp.pop("_refs")
             lines += ["| implementation | ms | TFLOP/s | GB/s | " + " | ".join(f"x vs {r}" for r in refs)
-                      + " | % floor | % copy BW | note |",
-                      "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in refs) + " | ---: | ---: | --- |"]
+                      + " | % floor | % copy BW | " + ("% same-size copy | " if sc else "") + "note |",
+                      "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in refs) + " | ---: | ---: | "
+                      + ("---: | " if sc else "") + "--- |"]
             for label, r in sorted(w["rows"].items(), key=lambda kv: kv[1]["ms"]):
                 xs = " | ".join(f"{cmp[label][ref]:.2f}" for ref in refs)
+                same = f"{r['pct_size_copy']:.1f} | " if sc else ""
                 lines.append(f"| {label} | {r['ms']:.4g} | {r['tflops']:.4g} | {r['gbs']:.4g} | {xs} | "
-                             f"{r['pct_floor']:.1f} | {r['pct_copy_bw']:.1f} | {r['note']} |")
+                             f"{r['pct_floor']:.1f} | {r['pct_copy_bw']:.1f} | {same}{r['note']} |")
             lines += [f"- {k}: {v}" for k, v in w["errors"].items()] + [""]
     if report["verdicts"]:
         lines += ["## Issue 9's done-when checks (this run)", "", "| task | workload | kernel | metric | value | goal | passed |",
