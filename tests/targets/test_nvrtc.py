@@ -55,6 +55,15 @@ def test_shipped_cuda_kernels_compile_under_nvrtc():
     assert not stateful, stateful
 
 
+def test_the_judges_own_module_compiles_under_nvrtc():
+    """The worker's poisoning/summary/spin kernels (cuda_judge_kernels): a compile error there would fail every
+    cuda evaluation on the GPU machine, not one candidate."""
+    from ksearch.targets.cuda_judge_kernels import _SOURCE
+
+    ok, log = nvrtc_compile(_SOURCE, ("-std=c++17",))
+    assert ok, log
+
+
 def test_module_state_is_seen_in_an_nvrtc_cubin():
     images = []
     ok, log = nvrtc_compile('constexpr float UNIT = 1.5f;\n__device__ float g;\nextern "C" __global__ void f(float *x) '

@@ -42,6 +42,12 @@ __device__ void summary(const T *__restrict__ x, long long n, unsigned long long
 }
 extern "C" __global__ void ks_summary_f16(const __half *x, long long n, unsigned long long *cnt, double *acc) { summary(x, n, cnt, acc); }
 extern "C" __global__ void ks_summary_f32(const float *x, long long n, unsigned long long *cnt, double *acc) { summary(x, n, cnt, acc); }
+// one thread spins until `ns` nanoseconds of the global timer have passed (the timing loop's launch cover)
+extern "C" __global__ void ks_spin(long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while ((long long)(t - t0) < ns);
+}
 extern "C" __global__ void ks_summary_f64(const double *x, long long n, unsigned long long *cnt, double *acc) { summary(x, n, cnt, acc); }
 """
 
@@ -67,6 +73,12 @@ class JudgeKernels:
         if self._sms is None:  # once: Device().attributes queries every attribute of the device
             self._sms = int(self.cp.cuda.Device().attributes["MultiProcessorCount"])
         return max(1, min(4 * self._sms, (n + _THREADS - 1) // _THREADS))
+
+    def spin(self, us: float) -> None:
+        """One thread on the current stream busy for ``us`` microseconds of the GPU's global timer."""
+        import numpy as np
+
+        self._fn("ks_spin")((1,), (1,), (np.int64(int(us * 1000)),))
 
     def fill_bytes(self, arr, byte: int) -> None:
         """Every byte of ``arr`` set to ``byte`` (0xFF makes float16/32/64 elements NaN)."""

@@ -65,7 +65,7 @@ class CudaRunner:
             raise KernelCompileError(f"NVRTC ({self.arch}): {type(e).__name__}: {e} (kernels {names})") from None
         self._resolved: dict[tuple, list[ResolvedLaunch]] = {}
         self.judge = JudgeKernels(cp)  # poisoning, summaries, comparisons: no CuPy JIT kernels per worker
-        self.clock = CupyClock(cp)
+        self.clock = CupyClock(cp, self.judge)
 
     # -- arguments --------------------------------------------------------------------------------
 
@@ -192,11 +192,17 @@ class CudaRunner:
 
 
 class CupyClock:
-    """`gpu_timing.DeviceClock` through CuPy: CUDA events on the current stream, cudaDeviceSynchronize."""
+    """`gpu_timing.DeviceClock` through CuPy: CUDA events on the current stream, cudaDeviceSynchronize; the
+    launch cover is the judge module's spin kernel (``judge``: a `JudgeKernels`)."""
 
-    def __init__(self, cp):
+    def __init__(self, cp, judge=None):
         self.cp = cp
+        self.judge = judge
         self._flush = None
+
+    def cover(self, us: float) -> None:
+        if self.judge is not None:
+            self.judge.spin(us)
 
     def event(self):
         return self.cp.cuda.Event()

@@ -138,6 +138,8 @@ class TorchClock:
         self._mem_get_info = torch.cuda.mem_get_info
         self._empty, self._f32 = torch.empty, torch.float32
         self._flush = None
+        # torch's spin kernel (a busy loop of the given clock cycles; private but present since torch 1.x)
+        self._sleep = getattr(torch.cuda, "_sleep", None)
 
     def event(self):
         return self._new_event(enable_timing=True)
@@ -155,6 +157,10 @@ class TorchClock:
         if self._flush is None or self._flush.numel() * 4 < nbytes:
             self._flush = self._empty(nbytes // 4, dtype=self._f32, device=self.device)
         self._flush.fill_(value)
+
+    def cover(self, us: float) -> None:
+        if self._sleep is not None:
+            self._sleep(int(us * 2000))  # cycles at 2 GHz: at least `us` on any clock up to 2 GHz (H200: 1.98)
 
     def free_bytes(self) -> int:
         return int(self._mem_get_info()[0])
