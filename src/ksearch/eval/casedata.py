@@ -1,5 +1,11 @@
 """The cases a judge checks candidates on: inputs per (workload, seed) as files in shared memory, and the
-reference outputs for them, both computed once and kept for later evaluations (LRU, bounded in bytes).
+reference outputs for them, both computed once and kept for later evaluations (bounded in bytes).
+
+A search evaluates every candidate on the same cases in the same order, so the caches are not plain LRU (a
+cycle over more cases than fit would miss every time): an evaluation (`CaseData.begin`) evicts only entries it
+has not used itself, least recently used first, and a case that still does not fit is served uncached (its
+files live until two newer uncached cases were served, or the evaluation ends). What fits stays, and hits in
+every later evaluation.
 
 Inputs live in ``/dev/shm/ksearch-inputs-<pid>-*/`` (or the temp directory), mapped read-only into workers;
 every file this process writes is remembered with its size and modification time, so that `CaseData.tampered`
@@ -9,10 +15,11 @@ read-only). Reference outputs never leave this process.
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 import tempfile
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from pathlib import Path
 from typing import Callable
 
@@ -58,12 +65,74 @@ def remove_stale_dirs() -> int:
     return removed
 
 
+#: bytes of one comparison step in `same_bytes` (a multiple of 8; small enough to stay in the caches)
+_COMPARE_CHUNK = 1 << 20
+
+
 def _nbytes(arrays: dict) -> int:
     return sum(v.nbytes for v in arrays.values() if isinstance(v, np.ndarray))
 
 
+def default_input_cache_bytes() -> int:
+    """Input bytes to keep between evaluations when the config says nothing: a fifth of the memory available
+    now (inputs are held twice, as arrays here and as files in shared memory), at least 3 GiB, at most 64 GiB,
+    and no more than half of what the shared-memory file system has free."""
+    avail = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    budget = min(max(3 << 30, (avail or 0) // 5), 64 << 30)
+    try:
+        st = os.statvfs(shared_base())
+        budget = min(budget, st.f_bavail * st.f_frsize // 2)
+    except OSError:
+        pass
+    return budget
+
+
+def same_bytes(path: str | Path, value: np.ndarray) -> bool:
+    """Whether the file (not a link) holds exactly ``value``'s bytes (C order), compared through a read-only
+    mapping in cache-sized steps: no copy of the file, no full-size temporary."""
+    expected = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        if os.fstat(fd).st_size != expected.size:
+            return False
+        if expected.size == 0:
+            return True
+        mm = mmap.mmap(fd, expected.size, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    try:
+        return _equal_chunks(mm, expected)
+    finally:
+        mm.close()  # the views into it died with _equal_chunks' frame
+
+
+def _equal_chunks(buffer, expected: np.ndarray) -> bool:
+    got = np.frombuffer(buffer, np.uint8)
+    for start in range(0, expected.size, _COMPARE_CHUNK):
+        a, b = got[start:start + _COMPARE_CHUNK], expected[start:start + _COMPARE_CHUNK]
+        if a.size % 8 == 0:
+            a, b = a.view(np.uint64), b.view(np.uint64)
+        if not np.array_equal(a, b):
+            return False
+    return True
+
+
 class CaseData:
     """Inputs and reference outputs of one task's cases, cached; see the module docstring."""
+
+    #: uncached cases whose files stay valid (a check's inputs serve the warm-up of the timing that follows)
+    KEEP_UNCACHED = 2
 
     def __init__(self, definition: Definition, reference_cache_bytes: int, input_cache_bytes: int,
                  progress: Callable[[str], None] | None = None):
@@ -74,54 +143,120 @@ class CaseData:
         self._ref_bytes = 0
         self._inputs: OrderedDict[tuple[str, int], tuple[dict, Path]] = OrderedDict()
         self._input_bytes = 0
+        self._uncached: deque[tuple[dict, Path]] = deque()
         self._input_root: Path | None = None
         self._input_stats: dict[str, tuple[int, int]] = {}  # path -> (size, mtime_ns) as this process wrote it
+        self._folders = 0
+        self._generation = 0  # one per evaluation (`begin`)
+        self._used: dict[tuple[str, int], int] = {}  # key -> the generation that last used it
+        #: work done, for tests and profiles: inputs made, input files written, references computed
+        self.counts = {"inputs": 0, "input_files": 0, "references": 0}
+
+    def begin(self) -> None:
+        """An evaluation starts: it may evict only cache entries it has not used itself."""
+        self._generation += 1
+        self._drop_uncached(0)
+
+    def end(self) -> None:
+        """An evaluation ended: files of uncached cases are removed."""
+        self._drop_uncached(0)
+
+    def _make_room(self, cache: OrderedDict, size: int, used: int, budget: int, size_of: Callable,
+                   drop: Callable) -> tuple[bool, int]:
+        """Evict entries of ``cache`` that the current evaluation has not used, least recently used first, until
+        ``size`` more bytes fit in ``budget``. Nothing is evicted when that would not be enough. Returns
+        (whether ``size`` fits now, the bytes cached after eviction)."""
+        if used + size <= budget:
+            return True, used
+        evictable = [k for k in cache if not (self._generation and self._used.get(k) == self._generation)]
+        if size > budget or used - sum(size_of(cache[k]) for k in evictable) + size > budget:
+            return False, used
+        for key in evictable:
+            if used + size <= budget:
+                break
+            used -= drop(cache.pop(key))
+        return True, used
 
     def reference(self, workload: Workload, seed: int, inputs: dict) -> dict[str, np.ndarray]:
-        """Reference outputs for (workload, seed), computed once and cached (LRU, bounded in bytes)."""
+        """Reference outputs for (workload, seed), computed once and cached (bounded in bytes; see the module
+        docstring for what is evicted)."""
         key = (workload.uuid, seed)
         if key in self._refs:
             self._refs.move_to_end(key)
+            self._used[key] = self._generation
             return self._refs[key]
         self.progress(f"reference {workload.label} seed {seed % 10000:04d}")
         outs = run_reference(self.definition, inputs)
+        self.counts["references"] += 1
         outs = {k: (v.astype(np.float32) if v.size > _F32_CACHE_ABOVE else v) for k, v in outs.items()}
-        self._refs[key] = outs
-        self._ref_bytes += sum(v.nbytes for v in outs.values())
-        while self._ref_bytes > self.reference_cache_bytes and len(self._refs) > 1:
-            _, old = self._refs.popitem(last=False)
-            self._ref_bytes -= sum(v.nbytes for v in old.values())
+        size = sum(v.nbytes for v in outs.values())
+        fits, self._ref_bytes = self._make_room(self._refs, size, self._ref_bytes, self.reference_cache_bytes,
+                                                _nbytes, _nbytes)
+        if fits:
+            self._refs[key] = outs
+            self._ref_bytes += size
+            self._used[key] = self._generation
         return outs
 
     def inputs(self, workload: Workload, seed: int) -> tuple[dict, Path]:
         """Inputs for (workload, seed) and the directory holding them as files (``in.<name>``), made once and
-        reused by later evaluations (LRU, bounded in bytes). Each evaluation still runs in a fresh process,
-        and the files are verified unchanged after every call."""
+        reused by later evaluations (bounded in bytes; see the module docstring). Each evaluation still runs in
+        a fresh process, and the files are verified unchanged after every call."""
         key = (workload.uuid, seed)
         if key in self._inputs:
             self._inputs.move_to_end(key)
+            self._used[key] = self._generation
             return self._inputs[key]
         if self._input_root is None:
             self._input_root = shared_dir("ksearch-inputs-")
+        self.progress(f"inputs {workload.label} seed {seed % 10000:04d}")
         inputs = make_inputs(self.definition, workload, seed)
-        folder = self._input_root / f"{len(self._inputs)}-{seed % 100000}-{workload.uuid[:8]}"
+        self.counts["inputs"] += 1
+        size = _nbytes(inputs)
+        fits, self._input_bytes = self._make_room(self._inputs, size, self._input_bytes, self.input_cache_bytes,
+                                                  lambda entry: _nbytes(entry[0]), self._drop_entry)
+        if not fits:
+            self._drop_uncached(self.KEEP_UNCACHED - 1)
+        self._folders += 1
+        folder = self._input_root / f"{self._folders}-{seed % 100000}-{workload.uuid[:8]}"
         folder.mkdir()
         for name, value in inputs.items():
             if isinstance(value, np.ndarray):
                 self.write_input(value, folder / f"in.{name}")
-        self._inputs[key] = (inputs, folder)
-        self._input_bytes += _nbytes(inputs)
-        while self._input_bytes > self.input_cache_bytes and len(self._inputs) > 1:
-            _, (old, old_dir) = self._inputs.popitem(last=False)
-            self._input_bytes -= _nbytes(old)
-            shutil.rmtree(old_dir, ignore_errors=True)
-            self._input_stats = {p: st for p, st in self._input_stats.items() if not p.startswith(f"{old_dir}/")}
+        if fits:
+            self._inputs[key] = (inputs, folder)
+            self._input_bytes += size
+            self._used[key] = self._generation
+        else:
+            self._uncached.append((inputs, folder))
         return inputs, folder
 
+    def _drop_entry(self, entry: tuple[dict, Path]) -> int:
+        """Remove an input entry's files; returns its bytes."""
+        inputs, folder = entry
+        shutil.rmtree(folder, ignore_errors=True)
+        prefix = f"{folder}/"
+        self._input_stats = {p: st for p, st in self._input_stats.items() if not p.startswith(prefix)}
+        return _nbytes(inputs)
+
+    def _drop_uncached(self, keep: int) -> None:
+        while len(self._uncached) > keep:
+            self._drop_entry(self._uncached.popleft())
+
     def write_input(self, value: np.ndarray, path: Path) -> None:
+        """Write an input file (a link or file a kernel put there is removed first, never written through)."""
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
         value.tofile(path)
+        self.counts["input_files"] += 1
         st = path.stat()
         self._input_stats[str(path)] = (st.st_size, st.st_mtime_ns)
+
+    def same_input(self, value: np.ndarray, path: Path) -> bool:
+        """Whether an input file still holds exactly the bytes written (`same_bytes`)."""
+        return same_bytes(path, value)
 
     def tampered(self) -> str | None:
         """The first file under the input directory that this process did not write as it is now (a kernel
@@ -153,6 +288,7 @@ class CaseData:
             shutil.rmtree(self._input_root, ignore_errors=True)
             self._input_root = None
             self._inputs.clear()
+            self._uncached.clear()
             self._input_stats.clear()
             self._input_bytes = 0
 

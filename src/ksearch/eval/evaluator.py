@@ -28,7 +28,7 @@ from typing import Callable
 import numpy as np
 
 from ksearch.eval import static_checks
-from ksearch.eval.casedata import CaseData, remove_stale_dirs
+from ksearch.eval.casedata import CaseData, default_input_cache_bytes, remove_stale_dirs
 from ksearch.eval.casedata import shared_dir as _shared_dir
 from ksearch.eval.compare import compare
 from ksearch.eval.hidden import draw_hidden_workloads
@@ -51,7 +51,8 @@ class EvalConfig:
     ``timeout_s``: per kernel call; ``stop_on_failure``: skip the remaining workloads after a failure;
     ``static_checks``: run the target's static checks before compiling (off only to prove the sandbox);
     ``sandbox``: what the worker's sandbox enforces (its ``cpu_s`` None: derived from the time budget);
-    ``floor_check``: re-verify, then reject, timings below the roofline floor."""
+    ``floor_check``: re-verify, then reject, timings below the roofline floor; ``input_cache_bytes``: input
+    bytes kept between evaluations (None: `casedata.default_input_cache_bytes`, from the memory available)."""
 
     seeds: list[int] = field(default_factory=lambda: [secrets.randbits(63) for _ in range(3)])
     timeout_s: float = 60.0
@@ -59,7 +60,7 @@ class EvalConfig:
     timing: TimingPlan = field(default_factory=TimingPlan)
     stop_on_failure: bool = True
     reference_cache_bytes: int = 2 << 30
-    input_cache_bytes: int = 3 << 30
+    input_cache_bytes: int | None = None
     static_checks: bool = True
     sandbox: Policy = field(default_factory=Policy)
     floor_check: bool = True
@@ -93,8 +94,9 @@ class Evaluator:
         self.hardware = hardware
         self.config = config or EvalConfig()
         self.progress = progress or (lambda msg: None)
-        self.data = CaseData(self.definition, self.config.reference_cache_bytes, self.config.input_cache_bytes,
-                             self.progress)
+        input_bytes = self.config.input_cache_bytes
+        self.data = CaseData(self.definition, self.config.reference_cache_bytes,
+                             default_input_cache_bytes() if input_bytes is None else input_bytes, self.progress)
         remove_stale_dirs()
         self.naive_ms: dict[str, float] = {}
 
@@ -145,7 +147,11 @@ class Evaluator:
         ``timing``: True times every workload, False none, ``"bench"`` only workloads whose purpose is bench.
         """
         t_begin = time.perf_counter()
-        ev = self._evaluate(candidate, workloads, timing, with_speedup)
+        self.data.begin()
+        try:
+            ev = self._evaluate(candidate, workloads, timing, with_speedup)
+        finally:
+            self.data.end()
         ev.wall_s = round(time.perf_counter() - t_begin, 3)
         return ev
 
@@ -371,7 +377,7 @@ class Evaluator:
         for name, value in inputs.items():
             if isinstance(value, np.ndarray) and value.size:
                 path = in_dir / f"in.{name}"
-                if not np.array_equal(np.fromfile(path, np.uint8), value.reshape(-1).view(np.uint8)):  # bitwise
+                if not self.data.same_input(value, path):  # bitwise
                     self.data.write_input(value, path)  # restore it for the next candidate
                     return Status.REJECTED, f"the kernel modified its input {name!r}", float("nan"), float("nan")
         worst_abs = worst_rel = 0.0

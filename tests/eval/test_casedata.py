@@ -1,0 +1,85 @@
+"""The judge's case cache: what a later evaluation reuses, what a cycle larger than the budget keeps, and the
+bitwise check of input files."""
+
+import os
+
+import numpy as np
+
+from ksearch.eval.casedata import CaseData, same_bytes
+from ksearch.eval.evaluator import EvalConfig, Evaluator
+from ksearch.eval.protocol import TimingPlan
+from ksearch.eval.records import Status
+from ksearch.tasks import load_task
+
+QUICK = TimingPlan(warmup=1, min_repeats=3, max_repeats=3, min_time_s=0.0, max_time_s=1.0, flush_bytes=1 << 16)
+
+
+def test_a_second_evaluation_makes_no_inputs_files_or_references():
+    ev = Evaluator(load_task("selective-scan"), config=EvalConfig(seeds=[1, 2], timing=QUICK))
+    try:
+        first = ev.evaluate(ev.naive_candidate(), ["tiny", "odd"])
+        made = dict(ev.data.counts)
+        arrays = sum(spec.shape is not None for spec in ev.definition.inputs.values())
+        assert made == {"inputs": 6, "input_files": 6 * arrays, "references": 6}  # 2 workloads x (2 seeds + timing)
+        second = ev.evaluate(ev.naive_candidate(), ["tiny", "odd"])
+        assert first.status is second.status is Status.PASSED, (first.message, second.message)
+        assert ev.data.counts == made
+    finally:
+        ev.close()
+
+
+def _cycle(data: CaseData, task, names: list[str]) -> None:
+    data.begin()
+    for name in names:
+        wl = task.workload(name)
+        inputs, folder = data.inputs(wl, 7)
+        for key, value in inputs.items():  # the files of the case just served are there and intact
+            if isinstance(value, np.ndarray):
+                assert same_bytes(folder / f"in.{key}", value)
+        data.reference(wl, 7, inputs)
+    data.end()
+
+
+def test_a_cycle_over_more_cases_than_fit_keeps_what_fits():
+    """Plain LRU would miss every case of a cycle larger than the budget; here the cases that fit stay."""
+    task = load_task("selective-scan")
+    sizes = {}
+    probe = CaseData(task.definition, 1 << 30, 1 << 30)
+    for name in ("tiny", "small-b2", "odd"):
+        sizes[name] = sum(v.nbytes for v in probe.inputs(task.workload(name), 7)[0].values()
+                          if isinstance(v, np.ndarray))
+    probe.close()
+    budget = sizes["tiny"] + sizes["small-b2"]  # the first two fit, "odd" does not with them
+    data = CaseData(task.definition, 1 << 30, budget)
+    try:
+        _cycle(data, task, ["tiny", "small-b2", "odd"])
+        assert data.counts["inputs"] == 3
+        assert len(list(data._input_root.iterdir())) == 2  # the uncached case's files went with its evaluation
+        for _ in range(2):
+            _cycle(data, task, ["tiny", "small-b2", "odd"])
+        assert data.counts["inputs"] == 5  # only "odd" again, each time
+        assert data.counts["references"] == 3  # references fit: computed once each
+        assert data.tampered() is None
+        _cycle(data, task, ["odd", "tiny"])  # another evaluation's cases may evict what it does not use
+        assert data.tampered() is None
+    finally:
+        data.close()
+
+
+def test_same_bytes_sees_one_flipped_bit_a_size_change_and_a_link(tmp_path):
+    value = np.random.default_rng(0).standard_normal(300_001).astype(np.float16)  # not a multiple of 8 bytes
+    path = tmp_path / "in.x"
+    value.tofile(path)
+    assert same_bytes(path, value)
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 1
+    path.write_bytes(bytes(raw))
+    assert not same_bytes(path, value)
+    path.write_bytes(value.tobytes() + b"\0")
+    assert not same_bytes(path, value)
+    other = tmp_path / "copy"
+    value.tofile(other)
+    os.unlink(path)
+    os.symlink(other, path)
+    assert not same_bytes(path, value)  # a link in place of the input is not the input
+    assert same_bytes(other, value)
