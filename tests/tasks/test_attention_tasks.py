@@ -396,3 +396,38 @@ def test_torch_sdpa_baseline_runs_where_the_run_targets():
     else:
         with pytest.raises(BaselineUnavailable, match="no CUDA device"):
             gpu()
+
+
+@pytest.mark.parametrize("name, workload", [("attention-prefill", "mha-odd"), ("attention-prefill-noncausal", "mha-odd"),
+                                            ("attention-decode", "odd-b7")])
+def test_mlx_sdpa_baseline_passes_its_check_and_follows_the_causal_axis(name, workload):
+    """mx.fast.scaled_dot_product_attention in an MLX run (here MLX's CPU device where mlx is installed)."""
+    pytest.importorskip("mlx.core", reason="mlx not installed")
+    from ksearch.eval.baselines import time_baseline
+    from ksearch.eval.records import Status
+
+    task = load_task(name)
+    assert time_baseline(task, "mlx-sdpa", workload, seed=5, repeats=1, target="mlx").status is Status.PASSED
+    if "causal" in task.definition.axes:
+        axes = dict(task.definition.axes)
+        axes["causal"] = axes["causal"].model_copy(update={"value": 1 - axes["causal"].value})
+        flipped = dataclasses.replace(task, definition=task.definition.model_copy(update={"axes": axes}))
+        r = time_baseline(flipped, "mlx-sdpa", workload, seed=5, repeats=1, target="mlx-cuda")
+        assert r.status is Status.INCORRECT_NUMERICAL
+
+
+def test_mlx_sdpa_baseline_is_for_mlx_runs_and_needs_mlx(monkeypatch):
+    """Other runs fall through to torch-sdpa (the first baseline that can run is timed); without mlx it is
+    unavailable, with the reason."""
+    import sys
+
+    from ksearch.eval.baselines import BaselineUnavailable, time_baseline
+
+    task = load_task("attention-decode")
+    assert list(task.baseline_sources) == ["mlx-sdpa", "torch-sdpa"]
+    with pytest.raises(BaselineUnavailable, match="only in runs on an MLX target"):
+        time_baseline(task, "mlx-sdpa", "tiny-L1", target="cuda")
+    monkeypatch.setitem(sys.modules, "mlx", None)
+    monkeypatch.setitem(sys.modules, "mlx.core", None)
+    with pytest.raises(BaselineUnavailable, match="mlx is not installed"):
+        time_baseline(task, "mlx-sdpa", "tiny-L1", target="mlx-metal")

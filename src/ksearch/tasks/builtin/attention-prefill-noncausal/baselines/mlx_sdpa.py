@@ -1,0 +1,1 @@
+../../attention-prefill/baselines/mlx_sdpa.py
