@@ -83,3 +83,24 @@ def test_same_bytes_sees_one_flipped_bit_a_size_change_and_a_link(tmp_path):
     os.symlink(other, path)
     assert not same_bytes(path, value)  # a link in place of the input is not the input
     assert same_bytes(other, value)
+
+
+def test_inputs_drawn_in_steps_and_threads_are_the_one_shot_draw(monkeypatch):
+    """make_inputs draws and converts in steps, arrays in parallel threads: the values must be what one draw
+    over the whole shape gives (references and recorded runs depend on it)."""
+    from ksearch.tasks import inputs as inp
+    from ksearch.tasks.definition import Definition, Distribution, Workload
+
+    monkeypatch.setattr(inp, "_CHUNK", 1000)  # many steps, and every array big enough for the threads
+    dists = {"a": Distribution(kind="normal", mean=0.5, std=3.0), "b": Distribution(kind="uniform", low=-2, high=5),
+             "c": Distribution(kind="neg_uniform", low=1, high=4), "d": Distribution(kind="normal")}
+    dtypes = {"a": "float16", "b": "bfloat16", "c": "float32", "d": "bfloat16"}
+    d = Definition.model_validate({
+        "name": "t", "axes": {"n": {"type": "var"}},
+        "inputs": {k: {"shape": ["n"], "dtype": dtypes[k], "distribution": dists[k].model_dump()} for k in dists},
+        "outputs": {"o": {"shape": ["n"], "dtype": "float32"}}, "reference": "def run(a, b, c, d):\n    return a\n"})
+    got = inp.make_inputs(d, Workload(name="w", axes={"n": 12_345}), 77)
+    for index, name in enumerate(dists):
+        once = inp._draw(np.random.default_rng([77, index]), dists[name], (12_345,))
+        want = inp.bf16_from_f32(once) if dtypes[name] == "bfloat16" else once.astype(inp.numpy_dtype(dtypes[name]))
+        assert got[name].dtype == want.dtype and got[name].tobytes() == want.tobytes(), name
