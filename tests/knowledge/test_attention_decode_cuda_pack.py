@@ -10,6 +10,8 @@ orders) matches the task's float64 reference, and fails without the combine's re
 combine starts before every partial is in. This checks the algorithm's indexing, not the CUDA code: only
 split-kv's root has run on a GPU (the last-block combine never)."""
 
+import itertools
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -411,3 +413,127 @@ def test_last_block_plan_gives_the_emulation_its_chunks(pack):
     (run,) = cuda_launch.resolve(plan, d, axes)
     assert run.kernel == "decode_split<64, 4, 4, 2, 8>" and run.grid[:2] == (4, 5)
     assert cuda_launch.temporary_shape(plan.temporaries["arrive"], "arrive", axes) == (16,)
+
+
+# -- the cp.async ring: shared memory within the H200's opt-in limit, the plan's bytes what the kernel indexes ------
+
+def _ring_bytes(hdp, gm, warps, unroll, vec, stages):
+    """decode_split's dynamic shared memory, recomputed here: the warps' merge floats, then the ring of
+    [stage][u][j][K|V][thread] vectors of vec halves, cut to the stages that fit in 232448 - 16 bytes."""
+    nv = hdp // min(32, hdp // vec) // vec
+    merge, stage = warps * gm * (hdp + 2) * 4, unroll * nv * 2 * (2 * vec) * warps * 32
+    s = min(stages, (MAX_SHARED - 16 - merge) // stage)
+    assert s >= 2
+    return merge + s * stage
+
+
+def test_cp_async_ring_fits_the_h200_at_every_knob_and_bucket(pack):
+    """Every (loads, stages, unroll, warps) of the cp-async pipeline at every (head_dim, group) bucket: the launch's
+    shared_bytes is the merge plus the ring the kernel indexes, and at most the H200's 227 KB (stages 6, unroll 8,
+    8 warps asked for 459 KB at head_dim 256 before the ring was cut to what fits)."""
+    d = load_task(TASK).definition
+    vecs = {"vec16": 8, "vec8": 4, "vec4": 2}
+    for loads, stages, unroll, warps in itertools.product(vecs, (2, 3, 4, 6), (1, 2, 4, 8), (2, 4, 8)):
+        k = pack.render(d, {"family": "split-kv", "pipeline": "cp-async", "loads": loads},
+                        {"stages": stages, "unroll": unroll, "warps": warps})
+        for launch in cuda_launch.parse_plan(k.launch, d).launches:
+            if launch.kernel == "decode_combine":
+                continue
+            hdp, gm = (int(x) for x in launch.kernel.split("<")[1].split(",")[:2])
+            want = _ring_bytes(hdp, gm, warps, unroll, vecs[loads], stages)
+            assert int(launch.shared_bytes) == want <= MAX_SHARED - 16, (loads, stages, unroll, warps, hdp, gm)
+        # not cut where it fits: the default knobs keep their 4 stages at every bucket
+        if (stages, unroll, warps) == (4, 2, 4):
+            assert "< 4 ? (232432 - MERGE_B) / STAGE_B : 4" in k.sources["kernel.cu"]
+
+
+@pytest.mark.skipif(nvrtc_status() is not None, reason=str(nvrtc_status()))
+def test_cp_async_largest_ring_compiles_with_the_plans_bytes():
+    """The kernel static_asserts that its merge + ring bytes equal the plan's shared_bytes for its bucket (a
+    table rendered from the same macro): compiled at the corner buckets for the largest knobs, vec16 and vec4."""
+    pack = load_pack(TASK, "cuda")
+    d = load_task(TASK).definition
+    for loads, combine in (("vec16", "second-kernel"), ("vec4", "last-block")):
+        k = pack.render(d, {"family": "split-kv", "pipeline": "cp-async", "loads": loads, "combine": combine},
+                        {"stages": 6, "unroll": 8, "warps": 8})
+        names = [n for n in cuda_launch.parse_plan(k.launch, d).kernel_names()
+                 if n.startswith(("decode_split<64, 1,", "decode_split<256, 8,", "decode_split<128, 4,"))]
+        assert len(names) == 3
+        ok, log = nvrtc_compile(combined_source(k.candidate()), [*BASE_OPTIONS, *k.compile_flags], names=names)
+        assert ok, log[:2000]
+
+
+def _ring_parts(src):
+    """The ring's schedule as the rendered kernel writes it: steps issued before the loop, how far ahead each step
+    issues, the slot it issues into, the wait_group count (C++ expressions of S and stage)."""
+    pro = re.search(r"for \(int st = 0; st < ([^;]+); \+\+st\) \{\s+// the first", src).group(1)
+    ahead = re.search(r"const long long ahead = t0 \+ \(long long\)\(([^)]+)\) \* STEP;", src).group(1)
+    into = re.search(r"if \(ahead < hi\) issue\(ahead, ([^;]+)\);", src).group(1)
+    wait = re.search(r"cp_async_wait<([^>]+)>\(\);\s+// this step", src).group(1)
+    return pro, ahead, into, wait
+
+
+def _ring_run(S, parts, nsteps, eager):
+    """One thread's ring over nsteps steps: copies land at issue (eager) or only when a wait_group forces them;
+    returns the first hazard (a read of a slot whose copy is pending or holds another step, a copy into a slot
+    whose step is unread or still in flight) or None."""
+    pro, ahead, into, wait = (compile(p, "ring", "eval") for p in parts)
+    slots, unread, groups, open_group = [None] * S, set(), [], []
+
+    def issue(step, slot):
+        if any(slot == s for g in groups for s, _ in g) or any(slot == s for s, _ in open_group):
+            return f"copy of step {step} into slot {slot} while a copy into it is in flight"
+        if slot in unread:
+            return f"copy of step {step} into slot {slot} before its step {slots[slot]} was read"
+        if eager:
+            slots[slot] = step
+            unread.add(slot)
+        else:
+            open_group.append((slot, step))
+        return None
+
+    def commit():
+        groups.append(list(open_group))
+        open_group.clear()
+
+    def wait_group(n):
+        while len(groups) > n:
+            for slot, step in groups.pop(0):
+                slots[slot] = step
+                unread.add(slot)
+
+    for st in range(eval(pro, {"S": S})):
+        if st < nsteps and (err := issue(st, st)):
+            return err
+        commit()
+    stage = 0
+    for i in range(nsteps):
+        k = eval(ahead, {"S": S})
+        if i + k < nsteps and (err := issue(i + k, eval(into, {"S": S, "stage": stage}))):
+            return err
+        commit()
+        wait_group(eval(wait, {"S": S}))
+        if slots[stage] != i or stage not in unread:
+            return f"step {i} read slot {stage} holding step {slots[stage]}"
+        unread.discard(stage)
+        stage = 0 if stage + 1 == S else stage + 1
+    return None
+
+
+def test_cp_async_ring_schedule_has_no_hazard():
+    """The rendered ring schedule, emulated for one thread (it reads back only what it copied): every step reads
+    its own step's data with nothing in flight into the slot, whether copies land at once or as late as
+    cp.async.wait_group allows, at every stage count and for chunks shorter and longer than the ring; and the
+    emulation catches a wait one group too loose and a copy one step too far ahead."""
+    pack = load_pack(TASK, "cuda")
+    d = load_task(TASK).definition
+    src = pack.render(d, {"family": "split-kv", "pipeline": "cp-async"}, {}).sources["kernel.cu"]
+    parts = _ring_parts(src)
+    assert parts == ("S - 1", "S - 1", "(stage + S - 1) % S", "S - 1"), parts
+    for S in (2, 3, 4, 6):
+        for nsteps in range(0, 3 * S + 2):
+            for eager in (True, False):
+                assert _ring_run(S, parts, nsteps, eager) is None, (S, nsteps, eager)
+    pro, ahead, into, wait = parts
+    assert "step 0 read slot 0 holding step None" == _ring_run(4, (pro, ahead, into, "S"), 8, False)
+    assert "before its step" in _ring_run(4, (pro, "S", "(stage + S) % S", wait), 8, True)
