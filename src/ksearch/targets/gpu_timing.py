@@ -11,7 +11,9 @@ last, with host launch overhead hidden up to COVER_US per call (nvbench's blocki
 kernel that triton.testing.do_bench enqueues before its start event do the same; without the cover a 30 us
 decode kernel launched through Python measured 2-3x slower on the H200, 2026-11-30, the GPU idling while the
 host launched). Host time past the cover is timed, as the GPU then waits with the clock running; a call that
-reads device data back to the host waits for the spin and is timed from there. The timed
+reads device data back to the host waits for the spin and is timed from there. GPU work on another stream is
+not behind the spin: a candidate that reached one (the triton target's rules refuse streams) could run up to
+COVER_US of work before the start event fires (docs/triton-target.md, "Streams"). The timed
 inputs rotate among up to ``ROTATE`` device copies at distinct addresses (same data: the controller checks
 every timed call's output summary against the verified last one). Repeats stop as `TimingPlan` says.
 
