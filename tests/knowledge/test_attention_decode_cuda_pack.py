@@ -7,8 +7,10 @@ skipped without the nvidia-cuda-nvrtc wheel or CUDA headers). A NumPy emulation 
 rounded to block steps, lane groups and their keys, the per-lane-group online softmax, the shuffle and
 shared-memory merges, empty chunks, the log-sum-exp combine, and the last-block combine under random arrival
 orders) matches the task's float64 reference, and fails without the combine's rescale or when the last-block
-combine starts before every partial is in. This checks the algorithm's indexing, not the CUDA code: only
-split-kv's root has run on a GPU (the last-block combine never)."""
+combine starts before every partial is in. This checks the algorithm's indexing, not the CUDA code (25 split-kv
+paths, the last-block combine among them, ran on the H200: bench/results/gpu-attention-decode-sweep-h200-20261130.md).
+The cp.async pipeline: every knob x bucket fits the H200's shared memory with the plan's bytes equal to what the
+kernel indexes (a static_assert, compiled at the largest knobs), and its ring schedule is emulated per thread."""
 
 import itertools
 import re
