@@ -66,6 +66,25 @@ def test_a_cycle_over_more_cases_than_fit_keeps_what_fits():
         data.close()
 
 
+def test_a_file_planted_in_an_uncached_case_dropped_mid_evaluation_is_still_reported():
+    """With nothing cached, a case's folder goes once two newer ones are served, before the evaluation's end-of-run
+    tamper check walks the input directory: the file a kernel planted there must not go with it unreported."""
+    task = load_task("selective-scan")
+    data = CaseData(task.definition, 1 << 30, 0)   # no input cache: every case is uncached
+    try:
+        data.begin()
+        _, first = data.inputs(task.workload("tiny"), 7)
+        (first / "planted").write_bytes(b"x")
+        for name in ("small-b2", "odd", "tiny"):       # three newer cases: the first folder is dropped
+            data.inputs(task.workload(name), 8)
+        assert not first.exists()
+        data.end()
+        assert data.tampered() == str(first / "planted")
+        assert data.tampered() is None                 # reported once; the cache was dropped with it
+    finally:
+        data.close()
+
+
 def test_same_bytes_sees_one_flipped_bit_a_size_change_and_a_link(tmp_path):
     value = np.random.default_rng(0).standard_normal(300_001).astype(np.float16)  # not a multiple of 8 bytes
     path = tmp_path / "in.x"

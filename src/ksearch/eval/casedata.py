@@ -146,6 +146,8 @@ class CaseData:
         self._uncached: deque[tuple[dict, Path]] = deque()
         self._input_root: Path | None = None
         self._input_stats: dict[str, tuple[int, int]] = {}  # path -> (size, mtime_ns) as this process wrote it
+        #: a foreign file found in a folder as it was dropped mid-evaluation (reported by `tampered`)
+        self._foreign: str | None = None
         self._folders = 0
         self._generation = 0  # one per evaluation (`begin`)
         self._used: dict[tuple[str, int], int] = {}  # key -> the generation that last used it
@@ -231,9 +233,25 @@ class CaseData:
             self._uncached.append((inputs, folder))
         return inputs, folder
 
+    def _foreign_file(self, root: Path) -> str | None:
+        """The first file under ``root`` that this process did not write as it is now, or None."""
+        for dirpath, _dirnames, filenames in os.walk(root):
+            for f in filenames:
+                path = os.path.join(dirpath, f)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if self._input_stats.get(path) != (st.st_size, st.st_mtime_ns):
+                    return path
+        return None
+
     def _drop_entry(self, entry: tuple[dict, Path]) -> int:
-        """Remove an input entry's files; returns its bytes."""
+        """Remove an input entry's files (a foreign file there is remembered for `tampered` first); returns its
+        bytes."""
         inputs, folder = entry
+        if self._foreign is None:
+            self._foreign = self._foreign_file(folder)
         shutil.rmtree(folder, ignore_errors=True)
         prefix = f"{folder}/"
         self._input_stats = {p: st for p, st in self._input_stats.items() if not p.startswith(prefix)}
@@ -263,19 +281,7 @@ class CaseData:
         that escaped its sandbox wrote there), or None. The input cache is dropped when one is found."""
         if self._input_root is None:
             return None
-        found = None
-        for dirpath, dirnames, filenames in os.walk(self._input_root):
-            for f in filenames:
-                path = os.path.join(dirpath, f)
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                if self._input_stats.get(path) != (st.st_size, st.st_mtime_ns):
-                    found = path
-                    break
-            if found:
-                break
+        found, self._foreign = self._foreign or self._foreign_file(self._input_root), None
         if found is None and len(self._input_stats) != sum(1 for _ in self._input_root.rglob("in.*")):
             found = str(self._input_root)  # a file of ours was removed
         if found is not None:
@@ -291,6 +297,7 @@ class CaseData:
             self._uncached.clear()
             self._input_stats.clear()
             self._input_bytes = 0
+        self._foreign = None
 
     def __del__(self):
         self.close()
