@@ -83,3 +83,22 @@ def test_reference_timings_skip_a_baseline_that_does_not_load_and_keep_one_that_
     assert any(n.startswith("baseline broken skipped") for n in notes)  # the summary says why, not only progress
     assert any(n.startswith("baseline fails on tiny: RUNTIME_ERROR") and "out of memory" in n for n in notes), notes
     assert any("broken skipped" in s and "ZeroDivisionError" in s for s in said), said
+
+
+def test_reference_timings_say_a_baseline_for_other_targets_only_where_none_runs():
+    """attention's mlx-sdpa comes first and is meant for MLX runs: a cpu run times the next baseline without a
+    note about it; where no baseline runs at all, the summary says why each was skipped."""
+    import dataclasses
+
+    from ksearch.search.session import reference_timings
+    from ksearch.tasks import load_task
+
+    task = load_task("selective-scan")
+    real = task.baseline_sources["numpy-token-loop"]
+    other = "raise BaselineNotForTarget(f'for MLX runs only, not {TARGET}')\n"
+    runs = dataclasses.replace(task, baseline_sources={"mlx-only": other, "ok": real})
+    name, _, notes = reference_timings(runs, ["tiny"], 0, lambda m: None)
+    assert name == "ok" and notes == []
+    alone = dataclasses.replace(task, baseline_sources={"mlx-only": other})
+    name, _, notes = reference_timings(alone, ["tiny"], 0, lambda m: None)
+    assert name is None and notes == ["baseline mlx-only skipped: for MLX runs only, not cpu"]

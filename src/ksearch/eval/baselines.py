@@ -10,8 +10,8 @@ host-device copies. ``call`` may return its own device time in ms (CUDA events a
 candidates are timed), which then replaces the host wall clock (that would add launch and synchronization);
 None: the host wall clock is the time. A baseline whose dependencies are missing raises ``BaselineUnavailable``
 (say why); one that fails while it runs is a RUNTIME_ERROR of that workload, not an exception. The module sees
-``BaselineUnavailable``, ``CONST_AXES`` (the definition's const axes: name -> value) and ``TARGET`` (the run's
-target) as globals.
+``BaselineUnavailable``, ``BaselineNotForTarget`` (its subclass for a baseline meant for other targets' runs),
+``CONST_AXES`` (the definition's const axes: name -> value) and ``TARGET`` (the run's target) as globals.
 """
 
 from __future__ import annotations
@@ -35,6 +35,11 @@ class BaselineUnavailable(Exception):
     """A baseline that cannot run here (torch missing, no GPU): the message says why; the run goes on without it."""
 
 
+class BaselineNotForTarget(BaselineUnavailable):
+    """A baseline meant for other targets' runs (MLX's SDPA in a cuda run): skipped quietly where another baseline
+    of the task runs."""
+
+
 def load_baseline_module(task: Task, name: str, target: str = "cpu") -> dict:
     """The namespace of a task's baseline (``run``, optionally ``prepare``); ``target``: the run's target, which
     the module sees as ``TARGET`` (a baseline with a GPU path uses it only for GPU targets, so a cpu run is
@@ -44,6 +49,7 @@ def load_baseline_module(task: Task, name: str, target: str = "cpu") -> dict:
         raise TaskError(f"task {task.name!r} has no baseline {name!r}; known: {sorted(task.baseline_sources)}")
     namespace: dict = {}
     namespace["BaselineUnavailable"] = BaselineUnavailable
+    namespace["BaselineNotForTarget"] = BaselineNotForTarget
     # the definition's const axes (e.g. attention's causal), so one baseline file can serve sibling tasks
     namespace["CONST_AXES"] = {n: a.value for n, a in task.definition.axes.items() if a.type == "const"}
     namespace["TARGET"] = target

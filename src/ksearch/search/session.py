@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ksearch.errors import SearchError, StoreError, TaskError
-from ksearch.eval.baselines import BaselineUnavailable, time_baseline
+from ksearch.eval.baselines import BaselineNotForTarget, BaselineUnavailable, time_baseline
 from ksearch.eval.evaluator import EvalConfig, Evaluator
 from ksearch.eval.records import Evaluation, Status
 from ksearch.hardware.cache import spec_for_target
@@ -217,9 +217,11 @@ def reference_timings(task: Task, workloads: list[str], seed: int, progress: Pro
     """The first of the task's baselines that can run here, timed on ``workloads``: (its name, workload ->
     WorkloadResult as JSON, notes), or (None, {}, notes) where none can; notes say which baselines were skipped
     and why, and which workloads the timed one failed (the summary prints them). A baseline that cannot run here (BaselineUnavailable)
-    or does not load (TaskError) is skipped with the reason; one that fails on a workload is that workload's
+    or does not load (TaskError) is skipped with the reason; one meant for other targets' runs
+    (BaselineNotForTarget) is skipped quietly, said only where no baseline runs; one that fails on a workload is that workload's
     RUNTIME_ERROR (time_baseline): the final stage never loses the run's measurements to a baseline."""
     notes: list[str] = []
+    other_targets: list[str] = []  # baselines for other targets' runs: said only where no baseline runs
     for name in task.baseline_sources:
         reference: dict[str, dict] = {}
         try:
@@ -227,6 +229,9 @@ def reference_timings(task: Task, workloads: list[str], seed: int, progress: Pro
                 progress(f"final: {name} on {w}")
                 reference[w] = time_baseline(task, name, w, seed=seed, target=target,
                                              cases=cases).model_dump(mode="json")
+        except BaselineNotForTarget as e:
+            other_targets.append(f"baseline {name} skipped: {e}")
+            continue
         except (BaselineUnavailable, TaskError) as e:
             progress(f"final: baseline {name} skipped: {e}")
             notes.append(f"baseline {name} skipped: {e}")
@@ -234,4 +239,4 @@ def reference_timings(task: Task, workloads: list[str], seed: int, progress: Pro
         notes += [f"baseline {name} on {w}: {r['status']}: {r.get('message', '')}"
                   for w, r in reference.items() if r.get("status") != "PASSED"]
         return name, reference, notes
-    return None, {}, notes
+    return None, {}, other_targets + notes

@@ -18,7 +18,7 @@ import numpy as np
 MLX_TARGETS = ("mlx", "mlx-metal", "mlx-cuda")
 
 if TARGET not in MLX_TARGETS:  # noqa: F821 (judge-provided)
-    raise BaselineUnavailable(  # noqa: F821
+    raise BaselineNotForTarget(  # noqa: F821 (judge-provided; skipped quietly where torch-sdpa runs)
         f"MLX's SDPA is compared only in runs on an MLX target ({', '.join(MLX_TARGETS)}), not {TARGET}")  # noqa: F821
 
 try:
