@@ -129,7 +129,7 @@ def test_sources_compile_for_sm90_without_spills(pack, bf16_pack, tmp_path):
     def compile_one(i, label, k):
         src = tmp_path / f"k{i}.cu"
         src.write_text(k.sources["kernel.cu"])
-        r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-c", str(src), "-o", str(tmp_path / f"k{i}.o"),
+        r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-cubin", str(src), "-o", str(tmp_path / f"k{i}.cubin"),
                             "-Xptxas", "-v"], capture_output=True, text=True, timeout=300)
         return label, k, r
 

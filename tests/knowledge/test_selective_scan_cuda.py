@@ -90,7 +90,7 @@ def test_sources_compile_for_sm90(packdef, tmp_path):
         src = tmp_path / f"k{i}.cu"
         src.write_text(k.sources["kernel.cu"])
         flags = [f for f in k.compile_flags if f == "--use_fast_math"]
-        r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-c", str(src), "-o", str(tmp_path / f"k{i}.o"),
+        r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-cubin", str(src), "-o", str(tmp_path / f"k{i}.cubin"),
                             "-Xptxas", "-v", *flags], capture_output=True, text=True, timeout=180)
         return choices, knobs, k, r
 

@@ -226,7 +226,7 @@ def test_cuda_and_mlx_cuda_naive_kernels_compile_with_nvcc_for_sm90(name, tmp_pa
     for i, src in enumerate(sources):
         path = tmp_path / f"k{i}.cu"
         path.write_text(src)
-        proc = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-c", str(path), "-o", str(tmp_path / f"k{i}.o")],
+        proc = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-cubin", str(path), "-o", str(tmp_path / f"k{i}.cubin")],
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
 
