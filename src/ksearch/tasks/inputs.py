@@ -86,16 +86,8 @@ def _fill(rng: np.random.Generator, dist: Distribution, shape: tuple[int, ...], 
     n = math.prod(shape)
     out = np.empty(n, storage)
     for start in range(0, n, _CHUNK):
-        m = min(_CHUNK, n - start)
-        if dist.kind == "normal":
-            chunk = rng.standard_normal(m, dtype=np.float32)
-            chunk *= dist.std  # as dist.mean + dist.std * x: float32 ops, in place
-            chunk += dist.mean
-        else:
-            chunk = rng.uniform(dist.low, dist.high, m).astype(np.float32)
-            if dist.kind == "neg_uniform":
-                np.negative(chunk, out=chunk)
-        out[start:start + m] = bf16_from_f32(chunk) if dtype == "bfloat16" else chunk
+        chunk = _draw(rng, dist, (min(_CHUNK, n - start),))
+        out[start:start + chunk.size] = bf16_from_f32(chunk) if dtype == "bfloat16" else chunk
     return out.reshape(shape)
 
 
