@@ -75,6 +75,20 @@ def _cuda_choices(task, cuda_pack, choices, knobs):
     return pick
 
 
+def _render_checked(task, move):
+    """(kernel, its kernel.cu, its MLX launch plan) for the mlx-cuda pack's render of ``move``, after asserting it
+    passes the mlx-cuda static rules, is one MLX body (one marker, no __global__) and launches by shapes."""
+    choices, knobs = move
+    k = _pack(task.name, "mlx-cuda").render(task.definition, choices, knobs)
+    findings = static_checks.check(k.candidate(), static_checks.rules_for("mlx-cuda"))
+    assert findings == [], "; ".join(map(str, findings))
+    src = k.sources["kernel.cu"]
+    assert src.count(BODY_MARKER) == 1 and "__global__" not in src
+    plan = mlxt.parse_launch(k.launch, task.definition, "mlx-cuda")
+    assert plan.axes == "shapes"
+    return k, src, plan
+
+
 @pytest.mark.parametrize("task_name", [*PREFILL, DECODE])
 def test_description_says_nothing_ran_on_a_gpu_and_float16_only(task_name):
     pack = load_pack(task_name, "mlx-cuda")
@@ -96,15 +110,10 @@ def test_moves_cover_every_family_and_decision():
 @pytest.mark.parametrize("task_name", PREFILL)
 @pytest.mark.parametrize("move", PREFILL_MOVES, ids=path_id)
 def test_prefill_move_passes_static_rules_and_matches_the_cuda_buckets(task_name, move):
-    task, pack, cuda = _task(task_name), _pack(task_name, "mlx-cuda"), _pack(task_name, "cuda")
+    task, cuda = _task(task_name), _pack(task_name, "cuda")
     choices, knobs = move
-    k = pack.render(task.definition, choices, knobs)
-    findings = static_checks.check(k.candidate(), static_checks.rules_for("mlx-cuda"))
-    assert findings == [], "; ".join(map(str, findings))
-    src = k.sources["kernel.cu"]
-    assert src.count(BODY_MARKER) == 1 and "__global__" not in src and "<<<" not in src
-    plan = mlxt.parse_launch(k.launch, task.definition, "mlx-cuda")
-    assert plan.axes == "shapes"
+    k, src, plan = _render_checked(task, move)
+    assert "<<<" not in src
     pick = _cuda_choices(task, cuda, choices, knobs) if k.family == "flash" else None
     for ax in _axes(task):
         r = mlxt.resolve_launch(plan, ax)
@@ -121,15 +130,10 @@ def test_prefill_move_passes_static_rules_and_matches_the_cuda_buckets(task_name
 
 @pytest.mark.parametrize("move", DECODE_MOVES, ids=path_id)
 def test_decode_move_passes_static_rules_and_matches_the_cuda_buckets(move):
-    task, pack, cuda = _task(DECODE), _pack(DECODE, "mlx-cuda"), _pack(DECODE, "cuda")
+    task, cuda = _task(DECODE), _pack(DECODE, "cuda")
     choices, knobs = move
-    k = pack.render(task.definition, choices, knobs)
-    findings = static_checks.check(k.candidate(), static_checks.rules_for("mlx-cuda"))
-    assert findings == [], "; ".join(map(str, findings))
-    src = k.sources["kernel.cu"]
-    assert src.count(BODY_MARKER) == 1 and "__global__" not in src and "decode_combine(" not in src
-    plan = mlxt.parse_launch(k.launch, task.definition, "mlx-cuda")
-    assert plan.axes == "shapes"
+    k, src, plan = _render_checked(task, move)
+    assert "decode_combine(" not in src
     pick = _cuda_choices(task, cuda, {**choices, "split": "no-split"}, knobs) if k.family == "split-kv" else None
     for ax in _axes(task):
         r = mlxt.resolve_launch(plan, ax)
