@@ -81,8 +81,7 @@ def render_command(
         else:
             knobs[key] = int(value) if value.lstrip("-").isdigit() else value
     kernel = pack.render(t.definition, choices, knobs)  # KnowledgeError: unknown choice/knob, named
-    cand = kernel.candidate({"proposer": "knowledge render", "pack": kernel.pack, "family": kernel.family,
-                             "choices": kernel.choices, "knobs": kernel.knobs, "task": t.name})
+    cand = kernel.candidate("knowledge render", task=t.name)
     text = cand.model_dump_json(indent=2)
     if out:
         try:

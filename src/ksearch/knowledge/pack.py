@@ -74,12 +74,15 @@ class RenderedKernel(BaseModel):
             h.update(b"launch\0" + json.dumps(self.launch, sort_keys=True).encode())
         return h.hexdigest()
 
-    def candidate(self, meta: dict | None = None):
-        """This kernel as the judge's Candidate (sources, entry point, flags, launch plan; ``meta`` as given)."""
+    def candidate(self, proposer: str | None = None, **extra: Any):
+        """This kernel as the judge's Candidate (sources, entry point, flags, launch plan). With ``proposer``, its
+        meta records the provenance: the proposer, pack, family, choices and knobs, then ``extra``; else it is empty."""
         from ksearch.eval.records import Candidate
 
+        meta = {} if proposer is None else {"proposer": proposer, "pack": self.pack, "family": self.family,
+                                            "choices": self.choices, "knobs": self.knobs, **extra}
         return Candidate(target=self.target, sources=dict(self.sources), entry_point=self.entry_point,
-                         compile_flags=list(self.compile_flags), launch=dict(self.launch), meta=dict(meta or {}))
+                         compile_flags=list(self.compile_flags), launch=dict(self.launch), meta=meta)
 
 
 class ResolvedPath(BaseModel):

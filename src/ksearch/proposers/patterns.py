@@ -54,8 +54,7 @@ class PatternsProposer:
 
     def _candidate(self, choices: dict, knobs: dict) -> Candidate:
         kernel = self.pack.render(self.definition, choices, knobs)
-        return kernel.candidate({"proposer": self.name, "pack": kernel.pack, "family": kernel.family,
-                                 "choices": kernel.choices, "knobs": kernel.knobs})
+        return kernel.candidate(self.name)
 
     def violation(self, choices: dict, knobs: dict) -> str | None:
         """Why the kernel of a path would break a hard limit of the device (the static checks' messages: the
