@@ -14,6 +14,12 @@ def positive_seconds(value: float) -> float:
     return value
 
 
+#: help of ``--time-limit`` (run and resume)
+TIME_LIMIT_HELP = ("Seconds of search (wall clock) after which no new evaluation starts; the final stage (hidden "
+                   "workloads, side-by-side timing) still runs and is not bounded: leave it time (on a GPU with "
+                   "large workloads, minutes). The run stays resumable.")
+
+
 def refuse(message: str) -> NoReturn:
     """A user error found once the options are parsed (flags that contradict each other): ``error: message`` on
     one line of stderr, exit status 2, like every other user error (`ksearch.cli.main`)."""

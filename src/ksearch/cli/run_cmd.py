@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ksearch.cli.options import llm_settings, positive_seconds, refuse
+from ksearch.cli.options import TIME_LIMIT_HELP, llm_settings, positive_seconds, refuse
 from ksearch.errors import LLMBudgetExhausted, LLMError, LLMUnavailable
 from ksearch.llm.settings import infer_backend
 from ksearch.report.summary import decision_path, summary_table, tree_view, verdict_lines
@@ -129,11 +129,7 @@ def run_command(
     timeout: float = typer.Option(60.0, help="Seconds one kernel call may take before it is killed.",
                                   callback=positive_seconds),
     workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all)."),
-    time_limit: float | None = typer.Option(None, "--time-limit", min=1.0,
-                                            help="Seconds of search (wall clock) after which no new evaluation "
-                                                 "starts; the final stage (hidden workloads, side-by-side timing) "
-                                                 "still runs and is not bounded: leave it time (on a GPU with "
-                                                 "large workloads, minutes). The run stays resumable."),
+    time_limit: float | None = typer.Option(None, "--time-limit", min=1.0, help=TIME_LIMIT_HELP),
     stagnation: int = typer.Option(5, min=1, help="Evaluations without a new best before backing off to "
                                                    "a competing branch."),
     model: str = typer.Option("", help="llm proposer: the model for planner and coder (implies --proposer llm)."),
@@ -234,11 +230,7 @@ def resume_command(
     budget: int | None = typer.Option(None, min=1, help="Raise the run's budget (evaluations in total)."),
     max_cost: float | None = typer.Option(None, min=0.0, help="llm proposer: the run's new cost limit (USD)."),
     max_tokens: int | None = typer.Option(None, min=1, help="llm proposer: the run's new token limit."),
-    time_limit: float | None = typer.Option(None, "--time-limit", min=1.0,
-                                            help="Seconds of search (wall clock) after which no new evaluation "
-                                                 "starts; the final stage (hidden workloads, side-by-side timing) "
-                                                 "still runs and is not bounded: leave it time (on a GPU with "
-                                                 "large workloads, minutes). The run stays resumable."),
+    time_limit: float | None = typer.Option(None, "--time-limit", min=1.0, help=TIME_LIMIT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the final summary as one JSON object."),
 ) -> None:
     """Continue an interrupted (or stopped) run where its last committed evaluation left off."""

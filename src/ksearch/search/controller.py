@@ -8,11 +8,10 @@ run killed at any point loses at most the evaluation that was in flight and neve
 
 from __future__ import annotations
 
-import time
-
 import math
 import platform
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 

@@ -195,14 +195,13 @@ class CupyClock:
     """`gpu_timing.DeviceClock` through CuPy: CUDA events on the current stream, cudaDeviceSynchronize; the
     launch cover is the judge module's spin kernel (``judge``: a `JudgeKernels`)."""
 
-    def __init__(self, cp, judge=None):
+    def __init__(self, cp, judge):
         self.cp = cp
         self.judge = judge
         self._flush = None
 
     def cover(self, us: float) -> None:
-        if self.judge is not None:
-            self.judge.spin(us)
+        self.judge.spin(us)
 
     def event(self):
         return self.cp.cuda.Event()

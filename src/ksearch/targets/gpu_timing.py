@@ -8,9 +8,9 @@ launches and the stop event while the GPU is busy, and the start event fires whe
 clock, the candidate's call between the two events on the current stream; the whole device synchronized before
 the elapsed time is read. The clock is therefore the GPU's time from the first operation of the call to its
 last, with host launch overhead hidden up to COVER_US per call (nvbench's blocking kernel and the L2-flush
-kernel that triton.testing.do_bench enqueues before its start event do the same; without the cover a 30 us
-decode kernel launched through Python measured 2-3x slower on the H200, 2026-11-30, the GPU idling while the
-host launched). Host time past the cover is timed, as the GPU then waits with the clock running; a call that
+kernel that triton.testing.do_bench enqueues before its start event do the same; without the cover the judge
+timed a 45-60 us cuda decode kernel 20-30% above the benchmark's time for it on the H200, the GPU idling while
+the host launched: bench/results/gpu-attention-decode-sweep-h200-20261130.md). Host time past the cover is timed, as the GPU then waits with the clock running; a call that
 reads device data back to the host waits for the spin and is timed from there. GPU work on another stream is
 not behind the spin: a candidate that reached one (the triton target's rules refuse streams) could run up to
 COVER_US of work before the start event fires (docs/triton-target.md, "Streams"). The timed
