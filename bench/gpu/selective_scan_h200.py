@@ -258,7 +258,9 @@ class Timer:
     def __init__(self):
         import torch
 
-        self.torch = torch
+        from ksearch.targets.gpu_timing import COVER_CYCLES
+
+        self.torch, self.cover_cycles = torch, COVER_CYCLES
         l2 = torch.cuda.get_device_properties(0).L2_cache_size or 50 * 2**20
         self.flush_buf = torch.empty(2 * l2 // 4 + 1024, dtype=torch.float32, device="cuda")
 
@@ -272,9 +274,9 @@ class Timer:
         for _ in range(reps):
             self.flush_buf.fill_(1.0)
             if hasattr(torch.cuda, "_sleep"):   # keep the GPU busy while the CPU enqueues: no launch gap timed
-                # 200 us at 2 GHz, as the judge's cover (ksearch.targets.gpu_timing.COVER_US); 25 us (before
-                # 2026-11-30) left torch SDPA's and Triton's host launch partly timed at 30-100 us decode calls
-                torch.cuda._sleep(400_000)
+                # the judge's cover (ksearch.targets.gpu_timing: 200 us at 2 GHz); 25 us (before 2026-11-30)
+                # left torch SDPA's and Triton's host launch partly timed at 30-100 us decode calls
+                torch.cuda._sleep(self.cover_cycles)
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
             fn()

@@ -30,6 +30,9 @@ import numpy as np
 ROTATE = 3
 #: microseconds of GPU spin before each timed call's start event (launch overhead hidden up to this much)
 COVER_US = 200.0
+#: GPU clock cycles of `COVER_US` for a cycle-counting spin (torch.cuda._sleep): at 2 GHz, so at least COVER_US
+#: on any clock up to 2 GHz (the H200 boosts to 1.98 GHz)
+COVER_CYCLES = int(COVER_US * 2000)
 
 
 class DeviceClock(Protocol):

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from ksearch.errors import KernelCompileError, KernelRejected, TargetError
-from ksearch.targets.gpu_timing import rotation_copies, timed_repeats, warm_up
+from ksearch.targets.gpu_timing import COVER_CYCLES, COVER_US, rotation_copies, timed_repeats, warm_up
 from ksearch.tasks.definition import Definition
 
 #: aten operators ``run`` may cause on the GPU: allocating, filling, viewing, copying buffers. Anything else
@@ -160,7 +160,7 @@ class TorchClock:
 
     def cover(self, us: float) -> None:
         if self._sleep is not None:
-            self._sleep(int(us * 2000))  # cycles at 2 GHz: at least `us` on any clock up to 2 GHz (H200: 1.98)
+            self._sleep(int(us * COVER_CYCLES / COVER_US))  # cycles at 2 GHz (gpu_timing.COVER_CYCLES)
 
     def free_bytes(self) -> int:
         return int(self._mem_get_info()[0])
