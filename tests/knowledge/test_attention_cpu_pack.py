@@ -39,6 +39,14 @@ def _candidate(kernel, source: str | None = None) -> Candidate:
                      entry_point=kernel.entry_point, compile_flags=list(kernel.compile_flags))
 
 
+def _assert_passes(pack, ev, path, workloads) -> None:
+    """Render ``path`` (choices, knobs) for ``ev``'s task and assert it passes the judge on ``workloads``."""
+    choices, knobs = path
+    kernel = pack.render(ev.definition, choices, knobs)
+    res = ev.evaluate(_candidate(kernel), workloads, timing=False, with_speedup=False)
+    assert res.status is Status.PASSED, f"{kernel.choices} {kernel.knobs}: {res.message}"
+
+
 MOVES = single_moves(load_pack("attention-prefill", "cpu"))
 
 
@@ -60,11 +68,7 @@ def test_every_reachable_path_renders(pack):
 @pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("path", MOVES, ids=[path_id(p) for p in MOVES])
 def test_single_moves_pass_small_workloads(pack, evaluators, task, path):
-    choices, knobs = path
-    ev = evaluators[task]
-    kernel = pack.render(ev.definition, choices, knobs)
-    res = ev.evaluate(_candidate(kernel), SMALL, timing=False, with_speedup=False)
-    assert res.status is Status.PASSED, f"{kernel.choices} {kernel.knobs}: {res.message}"
+    _assert_passes(pack, evaluators[task], path, SMALL)
 
 
 COMBOS = [(FAST, {}), (FAST, {"block_q": 64, "block_k": 32, "poly_degree": 3}),
@@ -75,23 +79,15 @@ COMBOS = [(FAST, {}), (FAST, {"block_q": 64, "block_k": 32, "poly_degree": 3}),
 @pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("path", COMBOS, ids=[path_id(p) for p in COMBOS])
 def test_fast_combinations_pass_small_workloads(pack, evaluators, task, path):
-    choices, knobs = path
-    ev = evaluators[task]
-    kernel = pack.render(ev.definition, choices, knobs)
-    res = ev.evaluate(_candidate(kernel), SMALL + ["gqa-b3"], timing=False, with_speedup=False)
-    assert res.status is Status.PASSED, f"{kernel.choices} {kernel.knobs}: {res.message}"
+    _assert_passes(pack, evaluators[task], path, SMALL + ["gqa-b3"])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("path", random_paths(load_pack("attention-prefill", "cpu"), 8, seed=2026), ids=path_id)
 def test_random_full_paths_pass_every_check_workload(pack, evaluators, task, path):
-    choices, knobs = path
     ev = evaluators[task]
-    kernel = pack.render(ev.definition, choices, knobs)
-    checks = [w.name for w in ev.task.workloads if w.purpose == "check"]
-    res = ev.evaluate(_candidate(kernel), checks, timing=False, with_speedup=False)
-    assert res.status is Status.PASSED, f"{kernel.choices} {kernel.knobs}: {res.message}"
+    _assert_passes(pack, ev, path, [w.name for w in ev.task.workloads if w.purpose == "check"])
 
 
 @pytest.mark.parametrize("choices", [{"family": "online-tiles"}, FAST], ids=["online-tiles", "fast"])
@@ -118,8 +114,4 @@ BF16_PATHS = [({"family": "naive-rows"}, {}), (FAST, {}),
 @pytest.mark.parametrize("path", BF16_PATHS, ids=[path_id(p) for p in BF16_PATHS])
 def test_bf16_paths_pass_small_workloads(pack, evaluators, task, path):
     """The bfloat16 conversions (bit-shift loads, nearest-even stores) in the scalar, omp-simd and fp32-tile loads."""
-    choices, knobs = path
-    ev = evaluators[task]
-    kernel = pack.render(ev.definition, choices, knobs)
-    res = ev.evaluate(_candidate(kernel), SMALL + ["gqa-b3"], timing=False, with_speedup=False)
-    assert res.status is Status.PASSED, f"{kernel.choices} {kernel.knobs}: {res.message}"
+    _assert_passes(pack, evaluators[task], path, SMALL + ["gqa-b3"])
