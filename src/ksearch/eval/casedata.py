@@ -272,10 +272,6 @@ class CaseData:
         st = path.stat()
         self._input_stats[str(path)] = (st.st_size, st.st_mtime_ns)
 
-    def same_input(self, value: np.ndarray, path: Path) -> bool:
-        """Whether an input file still holds exactly the bytes written (`same_bytes`)."""
-        return same_bytes(path, value)
-
     def tampered(self) -> str | None:
         """The first file under the input directory that this process did not write as it is now (a kernel
         that escaped its sandbox wrote there), or None. The input cache is dropped when one is found."""

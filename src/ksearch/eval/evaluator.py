@@ -28,7 +28,7 @@ from typing import Callable
 import numpy as np
 
 from ksearch.eval import static_checks
-from ksearch.eval.casedata import CaseData, default_input_cache_bytes, remove_stale_dirs
+from ksearch.eval.casedata import CaseData, default_input_cache_bytes, remove_stale_dirs, same_bytes
 from ksearch.eval.casedata import shared_dir as _shared_dir
 from ksearch.eval.compare import compare
 from ksearch.eval.hidden import draw_hidden_workloads
@@ -377,7 +377,7 @@ class Evaluator:
         for name, value in inputs.items():
             if isinstance(value, np.ndarray) and value.size:
                 path = in_dir / f"in.{name}"
-                if not self.data.same_input(value, path):  # bitwise
+                if not same_bytes(path, value):  # bitwise, through a read-only mapping
                     self.data.write_input(value, path)  # restore it for the next candidate
                     return Status.REJECTED, f"the kernel modified its input {name!r}", float("nan"), float("nan")
         worst_abs = worst_rel = 0.0
