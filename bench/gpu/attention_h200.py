@@ -454,11 +454,9 @@ def measure_ceilings(device: str, timers: dict) -> dict:
     the CPU); tensor-core fp16/bf16 peak: the hardware catalog's datasheet figure for this GPU (not measured)."""
     import torch
 
-    n = 2**28 if device == "cuda" else 2**24
-    a = torch.ones(n, dtype=torch.float32, device=device)
-    b = torch.empty_like(a)
-    t = timers["cuda" if device == "cuda" else "wall"](lambda: b.copy_(a), reps=10, warmup=2)
-    out = {"copy_bytes_per_s": 2 * 4 * n / (t["median_ms"] * 1e-3), "copy_bytes": 2 * 4 * n,
+    nbytes = 2 * 4 * (2**28 if device == "cuda" else 2**24)
+    ms = copy_ms(nbytes, timers["cuda" if device == "cuda" else "wall"], device, reps=10)
+    out = {"copy_bytes_per_s": nbytes / (ms * 1e-3), "copy_bytes": nbytes,
            "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None, "peak_flops": {}}
     entry = None
     if device == "cuda":
@@ -472,16 +470,16 @@ def measure_ceilings(device: str, timers: dict) -> dict:
     return out
 
 
-def same_size_copy_ms(nbytes: float, timers: dict) -> float:
-    """Median ms of a device-to-device torch copy moving ``nbytes`` (nbytes / 2 read, nbytes / 2 written), timed as
-    the kernels are: what a pure stream of a decode call's size reaches, ramp and tail included, where the 2 GiB
-    copy's bandwidth is the steady state."""
+def copy_ms(nbytes: float, timer, device: str = "cuda", reps: int = 30) -> float:
+    """Median ms of a device-to-device torch copy moving ``nbytes`` (nbytes / 2 read, nbytes / 2 written), timed
+    by ``timer`` as the kernels are. At 2 GiB: the copy bandwidth (measure_ceilings); at a decode call's bytes:
+    what a pure stream of that size reaches, ramp and tail included (the "% same-size copy" column)."""
     import torch
 
     n = max(1, int(nbytes // 8))   # float32 elements: 4 bytes read + 4 written each
-    a = torch.ones(n, dtype=torch.float32, device="cuda")
+    a = torch.ones(n, dtype=torch.float32, device=device)
     b = torch.empty_like(a)
-    t = timers["cuda"](lambda: b.copy_(a), reps=30, warmup=3)
+    t = timer(lambda: b.copy_(a), reps=reps, warmup=2)
     del a, b
     return t["median_ms"]
 
@@ -700,7 +698,7 @@ def run_task(name, task, bench, impls, status, args, ceil, timers, say, deadline
         arrs = make_inputs(d, w, seed=1)
         tensors = {dt: to_device(arrs, args.device, dt, kdt) for dt in {i.dtype for i in impls}}
         rows, errors = {}, {}
-        size_copy_ms = same_size_copy_ms(cost.bytes, timers) if is_decode(name) and args.device == "cuda" else None
+        size_copy_ms = copy_ms(cost.bytes, timers["cuda"]) if is_decode(name) and args.device == "cuda" else None
         for impl in impls:
             if status[impl.label]["status"] != "passed":
                 continue
@@ -792,10 +790,6 @@ def verdicts(results: dict, ceil: dict) -> list[dict]:
     return out
 
 
-def ceil_bw(report: dict) -> float:
-    return report["ceilings"]["copy_bytes_per_s"]
-
-
 def render(report: dict) -> str:
     c = report["ceilings"]
     lines = [f"# Attention on {report['gpu'] or 'CPU (smoke mode)'}", "",
@@ -834,7 +828,7 @@ def render(report: dict) -> str:
                       f"{w['cost']['flops'] / 1e12:.3f} TFLOP, {w['cost']['bytes'] / 1e6:.1f} MB; {w['dtype']} floor "
                       f"{fl['floor_ms']:.4f} ms ({fl['bound']}-bound)"
                       + (f"; a torch copy moving the same {w['cost']['bytes'] / 1e6:.1f} MB took {sc:.4f} ms "
-                         f"({w['cost']['bytes'] / (sc * 1e-3) / ceil_bw(report) * 100:.1f}% of the copy bandwidth: "
+                         f"({w['cost']['bytes'] / (sc * 1e-3) / c['copy_bytes_per_s'] * 100:.1f}% of the copy bandwidth: "
                          f"'% same-size copy' = that copy's ms / the row's)" if sc else ""), ""]
             cmp = compare(w["rows"], report["dtypes"])
             refs = cmp.pop("_refs")
