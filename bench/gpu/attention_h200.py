@@ -3,11 +3,13 @@ forced to each backend, FlexAttention and MLX's fused SDPA, in one run (issue 9'
 
 Per bench workload of attention-prefill, attention-prefill-noncausal, their bfloat16 twins attention-prefill-bf16
 and attention-prefill-noncausal-bf16, and attention-decode (Llama-3-8B 32/8 and Qwen3-0.6B 16/8 heads, head_dim 128,
-L 1k/4k/16k; decode batch 1/8/32, kv_len 1k..16k): ms (CUDA events, L2 flushed before every repeat, median),
-TFLOP/s from the task's cost model (prefill), GB/s from its bytes (decode), x vs the best baseline and vs cuDNN
-SDPA, % of the roofline floor max(bytes / measured copy bandwidth, FLOPs / the row dtype's tensor-core peak). The peak is the hardware catalog's datasheet figure (its source is printed); measuring
-the MMA peak is out of scope. Every implementation is first checked against the task's float64 NumPy reference
-on the task's check workloads (a failure is reported and that implementation is not timed; nothing aborts).
+L 1k/4k/16k; decode batch 1/8/32, kv_len 1k..16k): ms (CUDA events after the judge's launch cover, L2 flushed
+before every repeat, median), TFLOP/s from the task's cost model (prefill), GB/s from its bytes (decode), x vs the
+best baseline and vs cuDNN SDPA, % of the roofline floor max(bytes / measured copy bandwidth, FLOPs / the row
+dtype's tensor-core peak), and for decode % of a torch copy moving the same bytes. The peak is the hardware
+catalog's datasheet figure (its source is printed); measuring the MMA peak is out of scope. Every implementation
+is first checked against the task's float64 NumPy reference on the task's check workloads (a failure is reported
+and that implementation is not timed; nothing aborts).
 
 Implementations (--baselines picks among the first group):
 - sdpa-cudnn / sdpa-flash / sdpa-efficient / sdpa-math: F.scaled_dot_product_attention under

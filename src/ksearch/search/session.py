@@ -216,10 +216,11 @@ def reference_timings(task: Task, workloads: list[str], seed: int, progress: Pro
                       target: str = "cpu", cases=None) -> tuple[str | None, dict, list[str]]:
     """The first of the task's baselines that can run here, timed on ``workloads``: (its name, workload ->
     WorkloadResult as JSON, notes), or (None, {}, notes) where none can; notes say which baselines were skipped
-    and why, and which workloads the timed one failed (the summary prints them). A baseline that cannot run here (BaselineUnavailable)
-    or does not load (TaskError) is skipped with the reason; one meant for other targets' runs
-    (BaselineNotForTarget) is skipped quietly, said only where no baseline runs; one that fails on a workload is that workload's
-    RUNTIME_ERROR (time_baseline): the final stage never loses the run's measurements to a baseline."""
+    and why, and which workloads the timed one failed (the summary prints them). A baseline that cannot run here
+    (BaselineUnavailable) or does not load (TaskError) is skipped with the reason; one meant for other targets'
+    runs (BaselineNotForTarget) is skipped quietly, said only where no baseline runs; one that fails on a
+    workload is that workload's RUNTIME_ERROR (time_baseline): the final stage never loses the run's
+    measurements to a baseline."""
     notes: list[str] = []
     other_targets: list[str] = []  # baselines for other targets' runs: said only where no baseline runs
     for name in task.baseline_sources:
