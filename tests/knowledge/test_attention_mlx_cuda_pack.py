@@ -242,6 +242,6 @@ def test_what_mlx_compiles_compiles_with_nvcc(units, tmp_path):
         parts.append(f"namespace unit{i} {{\n{tu}}}\n{undef}")
     src = tmp_path / "all.cu"
     src.write_text(mlxt.NVCC_PRELUDE + INF_MACRO + "".join(parts))
-    r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-c", str(src), "-o", str(tmp_path / "all.o")],
+    r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-cubin", str(src), "-o", str(tmp_path / "all.cubin")],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
