@@ -361,16 +361,23 @@ def test_the_judge_fails_a_wrong_bf16_cpu_kernel(broken):
                                             ("attention-prefill-bf16", "gqa-b3"), ("attention-decode", "odd-b7")])
 def test_torch_sdpa_baseline_passes_its_check_and_follows_the_causal_axis(name, workload):
     pytest.importorskip("torch", reason="torch not installed")
+    _passes_and_follows_the_causal_axis("torch-sdpa", name, workload, "cpu", "cpu")
+
+
+def _passes_and_follows_the_causal_axis(baseline: str, name: str, workload: str, target: str, flipped_target: str):
+    """The baseline passes the task's check, and the same file with the other mask (the const axis flipped)
+    fails it."""
     from ksearch.eval.baselines import time_baseline
     from ksearch.eval.records import Status
 
     task = load_task(name)
-    assert time_baseline(task, "torch-sdpa", workload, seed=5, repeats=1).status is Status.PASSED
-    if "causal" in task.definition.axes:  # the same file with the other mask must fail the task's check
+    assert time_baseline(task, baseline, workload, seed=5, repeats=1, target=target).status is Status.PASSED
+    if "causal" in task.definition.axes:
         axes = dict(task.definition.axes)
         axes["causal"] = axes["causal"].model_copy(update={"value": 1 - axes["causal"].value})
         flipped = dataclasses.replace(task, definition=task.definition.model_copy(update={"axes": axes}))
-        assert time_baseline(flipped, "torch-sdpa", workload, seed=5, repeats=1).status is Status.INCORRECT_NUMERICAL
+        r = time_baseline(flipped, baseline, workload, seed=5, repeats=1, target=flipped_target)
+        assert r.status is Status.INCORRECT_NUMERICAL
 
 
 def test_torch_sdpa_baseline_without_torch_is_unavailable_and_a_run_goes_on(monkeypatch):
@@ -403,17 +410,7 @@ def test_torch_sdpa_baseline_runs_where_the_run_targets():
 def test_mlx_sdpa_baseline_passes_its_check_and_follows_the_causal_axis(name, workload):
     """mx.fast.scaled_dot_product_attention in an MLX run (here MLX's CPU device where mlx is installed)."""
     pytest.importorskip("mlx.core", reason="mlx not installed")
-    from ksearch.eval.baselines import time_baseline
-    from ksearch.eval.records import Status
-
-    task = load_task(name)
-    assert time_baseline(task, "mlx-sdpa", workload, seed=5, repeats=1, target="mlx").status is Status.PASSED
-    if "causal" in task.definition.axes:
-        axes = dict(task.definition.axes)
-        axes["causal"] = axes["causal"].model_copy(update={"value": 1 - axes["causal"].value})
-        flipped = dataclasses.replace(task, definition=task.definition.model_copy(update={"axes": axes}))
-        r = time_baseline(flipped, "mlx-sdpa", workload, seed=5, repeats=1, target="mlx-cuda")
-        assert r.status is Status.INCORRECT_NUMERICAL
+    _passes_and_follows_the_causal_axis("mlx-sdpa", name, workload, "mlx", "mlx-cuda")
 
 
 def test_mlx_sdpa_baseline_is_for_mlx_runs_and_needs_mlx(monkeypatch):
