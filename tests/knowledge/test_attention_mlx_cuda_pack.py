@@ -158,9 +158,14 @@ def test_the_device_function_is_the_cuda_kernel_with_other_qualifiers(task_name,
     """The header MLX gets is the cuda pack's render of the same move up to the kernel's qualifiers (and without
     the cuda-only parts after the kernel: explicit instantiations, decode_combine)."""
     d = load_task(task_name).definition
-    path = {"family": family, **({"split": "no-split"} if family == "split-kv" else {})}
-    cuda_src = load_pack(task_name, "cuda").render(d, path, {}).sources["kernel.cu"]
-    header = load_pack(task_name, "mlx-cuda").render(d, {"family": family}, {}).sources["kernel.cu"]
+    mlx_pack = load_pack(task_name, "mlx-cuda")
+    path, knobs = {"family": family}, {}
+    if family == "split-kv":   # where the cuda pack's defaults differ from mlx-cuda's (which has neither a pipeline
+        # decision nor a min_blocks knob): one chunk, no pipeline, no __launch_bounds__ block count
+        path.update(split="no-split", pipeline="none")
+        knobs["min_blocks"] = 0
+    cuda_src = load_pack(task_name, "cuda").render(d, path, knobs).sources["kernel.cu"]
+    header = mlx_pack.render(d, {"family": family}, {}).sources["kernel.cu"]
     header = header.split(BODY_MARKER)[0]
     device = "static __device__ __forceinline__ void  // the kernel, called from an MLX body\n"
     if family == "naive-heads":
