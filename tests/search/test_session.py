@@ -102,3 +102,24 @@ def test_reference_timings_say_a_baseline_for_other_targets_only_where_none_runs
     alone = dataclasses.replace(task, baseline_sources={"mlx-only": other})
     name, _, notes = reference_timings(alone, ["tiny"], 0, lambda m: None)
     assert name is None and notes == ["baseline mlx-only skipped: for MLX runs only, not cpu"]
+
+
+def test_the_best_kernel_is_written_before_the_final_measurements(tmp_path, monkeypatch):
+    """A run killed during the final stage (minutes on big workloads; an H200 decode run's timeout cut it there and
+    best/ was missing) still has best/ with the kernel and its candidate.json."""
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path))
+    with Session.create(RunConfig(task="selective-scan", workloads=["tiny"], budget=1)) as s:
+        s.controller.start()
+        s.controller.run(lambda r: None)
+        node = next(n for n in s.controller.tree.nodes if n.candidate_id and n.id != "root")
+        cand = s.store.candidate(node.candidate_id)   # the best, whatever it measured (tiny timings are noise)
+        monkeypatch.setattr(s.controller, "best", lambda: (node.id, cand, s.store.evaluation_of(cand.id)))
+
+        def killed(best):
+            raise KeyboardInterrupt
+        monkeypatch.setattr(s, "_final_measurements", killed)
+        with pytest.raises(KeyboardInterrupt):
+            s.finish()
+        best = json.loads((s.dir / "best" / "candidate.json").read_text())
+        assert best == json.loads(cand.model_dump_json())
+        assert (s.dir / "best" / next(iter(best["sources"]))).read_text() == next(iter(best["sources"].values()))

@@ -144,23 +144,24 @@ class Session:
     # -- the end of a run ---------------------------------------------------------------------------
 
     def finish(self) -> dict:
-        """Write the best kernel's sources, measure naive / best / reference side by side on fresh inputs
-        (kept in the store, so a second call reuses them), and return the summary (see `final_summary`)."""
+        """Write the best kernel's sources (first: the measurements can take minutes), measure naive / best /
+        reference side by side on fresh inputs (kept in the store, so a second call reuses them), and return the
+        summary (see `final_summary`)."""
         c = self.controller
         best = c.best()
         final = self.store.baseline("final")
         best_id = best[1].id if best else None
-        if final is None or final.get("best_candidate_id") != best_id:
-            final = self._final_measurements(best)
-            self.store.put_baseline("final", "side-by-side", final)
         source_path = None
-        if best:
+        if best:   # before the final measurements (minutes on big workloads): a run killed there keeps its best
             out = self.dir / "best"
             out.mkdir(exist_ok=True)
             for name, text in best[1].sources.items():
                 (out / name).write_text(text)
             (out / "candidate.json").write_text(best[1].model_dump_json(indent=2))
             source_path = str(out / next(iter(best[1].sources)))
+        if final is None or final.get("best_candidate_id") != best_id:
+            final = self._final_measurements(best)
+            self.store.put_baseline("final", "side-by-side", final)
         self.store.set_status(c.end_status())
         best_eval = Evaluation.model_validate(final["best"]) if final.get("best") else None
         return final_summary(self.store.run(), c.evaluations, best[0] if best else None, best_id,
