@@ -11,7 +11,8 @@ a GPU after the same launch cover as the candidates (a GPU spin of ksearch.targe
 the start event: torch's dispatch is hidden up to it). Before each timed call the L2 is flushed as the judge
 flushes it for candidates (a buffer of twice the device's L2 written, outside the clock): without it the first
 H200 runs read torch-sdpa at llama3-8b b1 kv16k (67 MB of K/V against a 50 MB L2) at 25.4 us in the judge against
-31.4 us for SDPA forced to cuDNN in the L2-flushed bench (the likely cause; the flushed baseline has not run yet). Raises BaselineUnavailable without torch."""
+31.4 us for SDPA forced to cuDNN in the L2-flushed bench; flushed, the judge reads 32.5 us (b8 kv4k: 40.0 us
+unflushed, 48.3 us flushed, bench 47.8 us; bench/results/gpu-attention-decode-profile-h200-20261130.md). Raises BaselineUnavailable without torch."""
 
 import numpy as np
 
