@@ -196,3 +196,42 @@ def test_time_limit_stops_starting_steps_and_resume_goes_on(tmp_path, monkeypatc
     assert c.evaluations == 3 and c.end_status() == "time-limit"  # the run's status: not "exhausted"
     c.run()  # no limit: the rest of the budget (what `ksearch resume` does)
     assert c.evaluations == 12 and c.end_status() == "finished"
+
+
+def test_a_family_whose_root_fails_is_searched_through_its_variants_once_nothing_passing_is_left(tmp_path):
+    """A judge that fails every family's root render (one broken part of each default, as a decode combine
+    kernel was on the H200): the run does not end with its budget left; the failed roots' one-step variants
+    are tried under the root, marked as repairs, some pass and one becomes the best; a failed variant is not
+    expanded again."""
+    from ksearch.knowledge.pack import load_pack
+
+    pack = load_pack(TASK.name, "cpu")
+    roots = {pack.render(TASK.definition, {"family": f.id}, {}).sources["kernel.c"] for f in pack.families}
+    roots.discard(TASK.naive_sources["cpu"])
+
+    class RootsFail(FakeJudge):
+        def evaluate(self, candidate, *a, **k):
+            if candidate.sources["kernel.c"] in roots:
+                self.calls.append(candidate.id)
+                return Evaluation(candidate_id=candidate.id, task=TASK.name, target="cpu",
+                                  status=Status.INCORRECT_NUMERICAL, message="fake: the default's combine is wrong")
+            return super().evaluate(candidate, *a, **k)
+
+    store = Store(tmp_path / "run.sqlite", create=True)
+    store.create_run("r", TASK.name, "cpu", {}, {}, None)
+    c = Controller(store, TASK, RootsFail(), PatternsProposer(TASK, "cpu", None), RunConfig(task=TASK.name, budget=15))
+    c.start()
+    c.run()
+    assert c.evaluations == 15
+    failed_roots = [n for n in c.tree.children("root") if n.status.value == "failed" and "repair_of" not in n.payload]
+    assert failed_roots and not any(c.tree.children(n.id) for n in failed_roots)
+    repairs = [n for n in c.tree if "repair_of" in n.payload]
+    assert repairs and {n.parent_id for n in repairs} == {"root"}
+    assert all(n.payload["repair_of"] in {f.id for f in failed_roots} for n in repairs)
+    assert not any(c.tree.children(n.id) for n in repairs if n.status.value == "failed")
+    best = c.best()
+    assert best is not None and best[1].sources["kernel.c"] not in roots
+    top = c.tree[best[0]]
+    while top.parent_id != "root":
+        top = c.tree[top.parent_id]
+    assert "repair_of" in top.payload   # the best descends from a failed root's variant

@@ -102,13 +102,29 @@ class PatternsProposer:
 
     def expand(self, tree: Tree, state: SearchState) -> list[Insert | Update]:
         """Children for the best passing node that has none yet (a regressed one too: its code is correct and
-        a later step may recover the loss); [] when every passing node is expanded."""
+        a later step may recover the loss). When every passing node is expanded: the one-step variants of a
+        family root that failed (highest rated first), since one broken part of a family's default (a combine
+        kernel, say) need not be in its variants; an H200 decode run whose split-kv root had such a bug ended
+        after 2 of 40 evaluations. They go under the root (each is a whole path rendered from the pack, not an
+        edit of the failed code, and the frontier never holds children of a failed node), with
+        ``payload["repair_of"]`` naming the failed root; they are not expanded so again when they fail. Only
+        family roots: a failed move under a passing node has had its siblings tried. [] when nothing is left."""
         passing = [n for n in tree if n.status in PASSING and n.id != ROOT_ID and not tree.children(n.id)]
         passing.sort(key=lambda n: -(n.evaluation.score or 0.0))
         for node in passing:
             kids, pruned = self._children(tree, node)
             if kids:
                 return [*kids, *self._record(tree, node.id, pruned)]
+        repaired = {n.payload.get("repair_of") for n in tree}
+        failed_roots = [n for n in tree if n.status == NodeStatus.FAILED and n.parent_id == ROOT_ID
+                        and "repair_of" not in n.payload and n.id not in repaired]
+        failed_roots.sort(key=lambda n: -n.rating)
+        for node in failed_roots:
+            kids, pruned = self._children(tree, node)
+            if kids:
+                return [*(k.model_copy(update={"parent_id": ROOT_ID, "payload": {**k.payload, "repair_of": node.id},
+                                               "decision": f"{k.decision} (variant of failed {node.choice})"})
+                          for k in kids), *self._record(tree, node.id, pruned)]
         return []
 
     def _children(self, tree: Tree, node: Node) -> tuple[list[Insert], list[dict]]:
