@@ -235,3 +235,29 @@ def test_a_family_whose_root_fails_is_searched_through_its_variants_once_nothing
     while top.parent_id != "root":
         top = c.tree[top.parent_id]
     assert "repair_of" in top.payload   # the best descends from a failed root's variant
+
+
+def test_a_family_broken_in_a_shared_part_gets_one_batch_of_variants(tmp_path):
+    """A judge that fails every non-naive kernel (the broken part is in all of a family's variants): each failed
+    root gets REPAIR_BATCH variants, all fail, and the root is given up; the run ends with budget left."""
+    from ksearch.proposers.patterns import REPAIR_BATCH
+
+    class AllFail(FakeJudge):
+        def evaluate(self, candidate, *a, **k):
+            if candidate.sources["kernel.c"] == TASK.naive_sources["cpu"]:
+                return super().evaluate(candidate, *a, **k)
+            self.calls.append(candidate.id)
+            return Evaluation(candidate_id=candidate.id, task=TASK.name, target="cpu",
+                              status=Status.COMPILE_ERROR, message="fake: a shared header is broken")
+
+    store = Store(tmp_path / "run.sqlite", create=True)
+    store.create_run("r", TASK.name, "cpu", {}, {}, None)
+    c = Controller(store, TASK, AllFail(), PatternsProposer(TASK, "cpu", None), RunConfig(task=TASK.name, budget=60))
+    c.start()
+    c.run()
+    roots = [n for n in c.tree.children("root") if "repair_of" not in n.payload and n.status.value == "failed"]
+    assert roots
+    for r in roots:
+        repairs = [n for n in c.tree if n.payload.get("repair_of") == r.id]
+        assert len(repairs) == REPAIR_BATCH and all(n.status.value == "failed" for n in repairs)
+    assert c.evaluations < 60 and not [n for n in c.tree if n.status.value == "open"]

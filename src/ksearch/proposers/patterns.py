@@ -30,6 +30,10 @@ from ksearch.search.strategy import SearchState, StrategyConfig, revise
 from ksearch.search.worldmodel import ROOT_ID, PASSING, Action, Impacts, Node, NodeStatus, Tree
 
 
+#: variants of a failed family root inserted at a time, and the failures in a row after which the root is given up
+REPAIR_BATCH = 3
+
+
 def _path_key(choices: dict, knobs: dict) -> str:
     return json.dumps({"c": choices, "k": knobs}, sort_keys=True)
 
@@ -108,19 +112,25 @@ class PatternsProposer:
         after 2 of 40 evaluations. They go under the root (each is a whole path rendered from the pack, not an
         edit of the failed code, and the frontier never holds children of a failed node), with
         ``payload["repair_of"]`` naming the failed root; they are not expanded so again when they fail. Only
-        family roots: a failed move under a passing node has had its siblings tried. [] when nothing is left."""
+        family roots: a failed move under a passing node has had its siblings tried. The variants come
+        ``REPAIR_BATCH`` at a time, highest rated first, and a root whose first ``REPAIR_BATCH`` or more tried
+        variants all failed is given up (the broken part is shared: a budget of 20-40 s GPU evaluations should
+        not go to twenty variants that fail the same way). [] when nothing is left."""
         passing = [n for n in tree if n.status in PASSING and n.id != ROOT_ID and not tree.children(n.id)]
         passing.sort(key=lambda n: -(n.evaluation.score or 0.0))
         for node in passing:
             kids, pruned = self._children(tree, node)
             if kids:
                 return [*kids, *self._record(tree, node.id, pruned)]
-        repaired = {n.payload.get("repair_of") for n in tree}
         failed_roots = [n for n in tree if n.status == NodeStatus.FAILED and n.parent_id == ROOT_ID
-                        and "repair_of" not in n.payload and n.id not in repaired]
+                        and "repair_of" not in n.payload]
         failed_roots.sort(key=lambda n: -n.rating)
         for node in failed_roots:
+            tried = [n.status for n in tree if n.payload.get("repair_of") == node.id and n.status != NodeStatus.OPEN]
+            if len(tried) >= REPAIR_BATCH and not any(st in PASSING for st in tried):
+                continue
             kids, pruned = self._children(tree, node)
+            kids = sorted(kids, key=lambda k: -k.rating)[:REPAIR_BATCH]
             if kids:
                 return [*(k.model_copy(update={"parent_id": ROOT_ID, "payload": {**k.payload, "repair_of": node.id},
                                                "decision": f"{k.decision} (variant of failed {node.choice})"})
