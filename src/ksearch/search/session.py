@@ -1,7 +1,9 @@
 """Start, resume and finish runs: the glue between the CLI and the controller.
 
 A run lives in ``$KSEARCH_HOME/runs/<run id>/``: ``run.sqlite`` (the store), ``lock`` (held while a process
-works on the run), and ``best/`` (the best kernel's sources, written when the run finishes).
+works on the run), and ``best/`` (the best kernel's sources and candidate.json, written when the run finishes,
+before the final measurements: a run killed during those keeps best/, though the best kernel has then not been
+checked on fresh inputs or hidden workloads; `ksearch resume` runs them).
 """
 
 from __future__ import annotations
