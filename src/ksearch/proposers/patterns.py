@@ -30,7 +30,8 @@ from ksearch.search.strategy import SearchState, StrategyConfig, revise
 from ksearch.search.worldmodel import ROOT_ID, PASSING, Action, Impacts, Node, NodeStatus, Tree
 
 
-#: variants of a failed family root inserted at a time, and the failures in a row after which the root is given up
+#: variants of a failed family root inserted at a time; a root whose tried variants (this many or more) all failed
+#: is given up
 REPAIR_BATCH = 3
 
 
