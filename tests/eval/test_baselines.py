@@ -96,3 +96,14 @@ def test_an_evaluators_cached_inputs_and_reference_are_used_not_recomputed(monke
     monkeypatch.setattr(baselines, "run_reference", no_reference)
     r = time_baseline(task, "numpy-token-loop", wl.name, seed=3, repeats=1, cases=Cases())
     assert r.status is Status.PASSED and Cases.calls == 2
+
+
+def test_repeats_fill_a_soft_time_budget_between_a_floor_and_a_cap():
+    """A 30 us device-timed baseline gets the 30-repeat cap (three had left its median to chance); a slow one
+    stops at the floor of three once the soft budget is spent."""
+    fast = _COUNTED + "\n\ndef prepare(**inputs):\n    return lambda: 0.03\n"
+    assert time_baseline(_task(fast), "b", "tiny").repeats == 30
+    slow = _COUNTED + ("\n\nimport time\n\n\ndef prepare(**inputs):\n    def call():\n        time.sleep(0.05)\n"
+                       "    return call\n")
+    r = time_baseline(_task(slow), "b", "tiny", soft_time_s=0.1)
+    assert r.status is Status.PASSED and r.repeats == 3, r
