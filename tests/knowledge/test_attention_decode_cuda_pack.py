@@ -149,6 +149,8 @@ def test_every_distinct_source_compiles_under_nvrtc(pack):
     assert len(roots) == 2
     for key, root_names in roots.items():
         jobs[key][2] = [n for n in jobs[key][2] if n not in root_names]
+        if "decode_split<128, 4, 4, 2, 8>" in root_names:   # the default at llama3-8b's bucket: its spills checked here
+            jobs[key][2].append("decode_split<128, 4, 4, 2, 8>")
     jobs = {key: j for key, j in jobs.items() if j[2]}
     images = [[] for _ in jobs]
     with ThreadPoolExecutor(2) as pool:  # ctypes releases the GIL during the compile
@@ -158,11 +160,13 @@ def test_every_distinct_source_compiles_under_nvrtc(pack):
     assert not failed, failed
     # no register spills at llama3-8b's (128, 4) bucket for any one-step move from the default: min_blocks 4 once
     # capped warps 8 at 64 registers and unroll 4 and 8 at 128 (172-900 spilled bytes), now it leaves them out
-    spills = {}
+    spills, read = {}, 0
     for job, (ok, log) in zip(jobs.values(), results):
         for fn, stores in re.findall(r"Compiling entry function '(\S+)'.*?(\d+) bytes spill stores", log, re.S):
+            read += "ILi128ELi4E" in fn
             if "ILi128ELi4E" in fn and int(stores):
                 spills[str(job[:2])] = int(stores)
+    assert read >= 3, "ptxas -v reports not found in NVRTC's log: the spill check would check nothing"
     assert not spills, spills
     stateful = {str(job[:2]): module_state(img[0]) for job, img in zip(jobs.values(), images) if module_state(img[0])}
     assert not stateful, stateful

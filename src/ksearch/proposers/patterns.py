@@ -127,15 +127,19 @@ class PatternsProposer:
                         and "repair_of" not in n.payload]
         failed_roots.sort(key=lambda n: -n.rating)
         for node in failed_roots:
-            tried = [n.status for n in tree if n.payload.get("repair_of") == node.id and n.status != NodeStatus.OPEN]
-            if len(tried) >= REPAIR_BATCH and not any(st in PASSING for st in tried):
+            repairs = [n.status for n in tree if n.payload.get("repair_of") == node.id]
+            if NodeStatus.OPEN in repairs:   # a batch not yet tried (expand also runs when open nodes are cooling)
+                continue
+            if len(repairs) >= REPAIR_BATCH and not any(st in PASSING for st in repairs):
                 continue
             kids, pruned = self._children(tree, node)
             kids = sorted(kids, key=lambda k: -k.rating)[:REPAIR_BATCH]
-            if kids:
-                return [*(k.model_copy(update={"parent_id": ROOT_ID, "payload": {**k.payload, "repair_of": node.id},
-                                               "decision": f"{k.decision} (variant of failed {node.choice})"})
-                          for k in kids), *self._record(tree, node.id, pruned)]
+            if kids:   # titles name the family: cooling matches titles under one parent, and these share the root
+                return [*(k.model_copy(update={
+                    "parent_id": ROOT_ID, "payload": {**k.payload, "repair_of": node.id},
+                    "decision": f"{k.decision} (variant of failed {node.choice})",
+                    "action": k.action.model_copy(update={"title": f"{node.choice}: {k.action.title}"})})
+                    for k in kids), *self._record(tree, node.id, pruned)]
         return []
 
     def _children(self, tree: Tree, node: Node) -> tuple[list[Insert], list[dict]]:
