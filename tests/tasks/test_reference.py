@@ -92,3 +92,35 @@ def test_an_input_too_large_to_allocate_is_a_task_error():
                                    "reference": "def run(x):\n    return x[0, 0]\n"})
     with pytest.raises(TaskError, match="does not fit in memory"):
         make_inputs(d, Workload(name="w", axes={"n": 1 << 20}), 0)
+
+
+@pytest.mark.parametrize("mode", ["float64", "native"])
+def test_reference_inputs_native_hands_float16_as_stored_and_still_decodes_bfloat16(mode, monkeypatch):
+    """reference_inputs: float64 widens every array before run; native passes float16 as stored (the decode
+    reference widens a sequence at a time) and still decodes bfloat16 bits (NumPy has no bfloat16)."""
+    import ksearch.tasks.reference as reference
+
+    d = load_task("attention-decode").definition
+    d = d.model_copy(update={"reference_inputs": mode,
+                             "inputs": {**d.inputs, "v": d.inputs["v"].model_copy(update={"dtype": "bfloat16"})}})
+    seen = {}
+
+    def run(q, k, v):   # the reference, spied: what run_reference hands it
+        seen.update(q=q.dtype, k=k.dtype, v=v.dtype, v0=float(v.flat[0]))
+        return np.zeros(1)
+    monkeypatch.setattr(reference, "_entry", lambda definition: run)
+    v = bf16_from_f32(np.full((1, 1, 1, 2), 1.5, np.float32))
+    run_reference(d, {"q": np.ones((1, 1, 2), np.float16), "k": np.ones((1, 1, 1, 2), np.float16), "v": v})
+    want = np.float64 if mode == "float64" else np.float16
+    assert seen["q"] == want and seen["k"] == want
+    assert seen["v"] == np.float64 and seen["v0"] == 1.5   # bfloat16 bits decoded either way
+
+
+def test_the_decode_reference_gives_the_same_output_from_native_and_widened_inputs():
+    d = load_task("attention-decode").definition
+    assert d.reference_inputs == "native"
+    w = load_task("attention-decode").workload("odd-b7")
+    inputs = make_inputs(d, w, seed=3)
+    native = run_reference(d, inputs)["o"]
+    widened = run_reference(d.model_copy(update={"reference_inputs": "float64"}), inputs)["o"]
+    assert np.array_equal(native, widened)

@@ -13,7 +13,10 @@ On top of those ksearch adds, all optional so foreign files still load:
 - ``inputs[...].distribution``: how random inputs are drawn;
 - ``cost``: expressions for FLOPs and transcendental ops (bytes default to the sum of all input and
   output sizes), from which the roofline floor is computed;
-- ``reference_backend``: ``torch`` (flashinfer-bench's convention) or ``numpy``.
+- ``reference_backend``: ``torch`` (flashinfer-bench's convention) or ``numpy``;
+- ``reference_inputs`` (numpy references): ``float64`` (the default: every input array widened before ``run``)
+  or ``native`` (float16 and float32 arrays reach ``run`` as stored, and ``run`` widens them itself, e.g. a
+  sequence at a time; bfloat16 is still decoded to float64, NumPy having no bfloat16).
 """
 
 from __future__ import annotations
@@ -190,6 +193,7 @@ class Definition(_Record):
     tolerance: dict[str, Tolerance] = Field(default_factory=dict)
     cost: CostModel = Field(default_factory=CostModel)
     reference_backend: Literal["torch", "numpy"] = "torch"
+    reference_inputs: Literal["float64", "native"] = "float64"
     #: other implementations to time beside the candidates: name -> Python file (relative to the definition's
     #: directory) defining ``run`` with the reference's signature, e.g. a framework's token-by-token loop.
     baselines: dict[str, str] = Field(default_factory=dict)

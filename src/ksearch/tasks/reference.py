@@ -40,8 +40,10 @@ def run_reference(definition: Definition, inputs: dict) -> dict[str, np.ndarray]
     if definition.reference_backend == "torch":
         result = _run_torch(definition, run, inputs)
     else:
-        args = {k: (to_float64(v, definition.inputs[k].dtype) if isinstance(v, np.ndarray) else v)
-                for k, v in inputs.items()}
+        native = definition.reference_inputs == "native"   # run widens float16/float32 itself (definition.py)
+        args = {k: (to_float64(v, definition.inputs[k].dtype)
+                    if isinstance(v, np.ndarray) and not (native and definition.inputs[k].dtype != "bfloat16")
+                    else v) for k, v in inputs.items()}
         try:
             result = run(**args)
         except Exception as e:
