@@ -29,8 +29,19 @@ from attention_h200 import (candidate_impl, copy_ms, load_tasks, task_dtype, to_
 from selective_scan_h200 import Timer  # noqa: E402
 
 
-def kernel_times(fn, flush, reps: int) -> dict:
-    """Mean GPU microseconds per call of each kernel fn launches (by kernel name, the flush's own kernels left out)."""
+def kernel_names(fn) -> set[str]:
+    """Names of the kernels one call of fn launches (the L2 flush's, to leave them out of kernel_times)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.key for e in prof.key_averages()}
+
+
+def kernel_times(fn, flush, reps: int, flush_names: set[str]) -> dict:
+    """Mean GPU microseconds per call of each kernel fn launches (by kernel name, ``flush_names`` left out)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -40,12 +51,6 @@ def kernel_times(fn, flush, reps: int) -> dict:
             flush()
             fn()
         torch.cuda.synchronize()
-    flush_names = set()
-    with profile(activities=[ProfilerActivity.CUDA]) as fprof:
-        flush()
-        torch.cuda.synchronize()
-    for e in fprof.key_averages():
-        flush_names.add(e.key)
     out = {}
     for e in prof.key_averages():
         dev_us = getattr(e, "device_time_total", None)
@@ -74,6 +79,8 @@ def main(argv=None) -> int:
     d = task.definition
     dtype = task_dtype(d)
     timer = Timer()
+    flush = lambda: timer.flush_buf.fill_(1.0)  # noqa: E731
+    flush_names = kernel_names(flush)
     copy_gib = copy_ms(2 * 2**30, timer, reps=10)
     copy_bps = 2 * 2**30 / (copy_gib * 1e-3)
     lines = [f"copy bandwidth (2 GiB torch copy): {copy_bps / 1e12:.2f} TB/s", "",
@@ -94,7 +101,7 @@ def main(argv=None) -> int:
                 p = impl.prepare(args.task, d, axes, q, k, v)
                 t = timer(p.fn, reps=args.reps, warmup=3)
                 us = t["median_ms"] * 1e3
-                ks = kernel_times(p.fn, lambda: timer.flush_buf.fill_(1.0), reps=args.reps)
+                ks = kernel_times(p.fn, flush, args.reps, flush_names)
                 kern = "; ".join(f"{n.split('(')[0][:48]} {x['us']:.1f}" + (f" x{x['launches']:.0f}" if x["launches"] != 1 else "")
                                  for n, x in sorted(ks.items(), key=lambda kv: -kv[1]["us"]))
                 rest = us - sum(x["us"] for x in ks.values())
