@@ -8,6 +8,7 @@ import pytest
 
 from ksearch.errors import TaskError
 from ksearch.eval.baselines import time_baseline
+from ksearch.eval.protocol import TimingPlan
 from ksearch.eval.records import Status
 from ksearch.tasks.loader import load_task
 
@@ -38,7 +39,7 @@ def test_a_baseline_without_prepare_runs_once_checked_then_repeats_and_its_retur
     # the checked call is the warm-up (no extra untimed call), and what run returns after it (a scalar output's
     # value, here 1e6) is never taken for device milliseconds
     task = _task(_COUNTED.replace("RETURN = None", "RETURN = 1.0e6"))
-    r = time_baseline(task, "b", "tiny", repeats=3)
+    r = time_baseline(task, "b", "tiny", plan=TimingPlan(min_repeats=3, max_repeats=3, min_time_s=0))
     assert r.status is Status.PASSED and r.repeats == 3 and r.median_ms < 1e3, r
     assert len(CALLS) == 1 + 3
 
@@ -63,7 +64,7 @@ def test_a_baseline_failing_while_it_runs_is_a_runtime_error_not_an_exception():
 
 def test_a_prepared_call_returning_device_ms_is_the_time():
     src = _COUNTED + "\n\ndef prepare(**inputs):\n    return lambda: 0.25\n"
-    r = time_baseline(_task(src), "b", "tiny", repeats=2)
+    r = time_baseline(_task(src), "b", "tiny", plan=TimingPlan(min_repeats=2, max_repeats=2, min_time_s=0))
     assert r.status is Status.PASSED and r.median_ms == 0.25 and r.repeats == 2, r
 
 
@@ -94,16 +95,18 @@ def test_an_evaluators_cached_inputs_and_reference_are_used_not_recomputed(monke
     def no_reference(*a, **k):
         raise AssertionError("the reference was recomputed")
     monkeypatch.setattr(baselines, "run_reference", no_reference)
-    r = time_baseline(task, "numpy-token-loop", wl.name, seed=3, repeats=1, cases=Cases())
+    r = time_baseline(task, "numpy-token-loop", wl.name, seed=3, plan=TimingPlan(min_repeats=1, max_repeats=1, min_time_s=0), cases=Cases())
     assert r.status is Status.PASSED and Cases.calls == 2
 
 
-def test_repeats_fill_a_soft_time_budget_between_a_floor_and_a_cap():
-    """A 30 us device-timed baseline gets the 30-repeat cap (three had left its median to chance); a slow one
-    stops at the floor of three once the soft budget is spent."""
+def test_a_baseline_repeats_by_the_runs_timing_plan():
+    """As candidates are repeated (TimingPlan.done): a 30 us device-timed baseline runs to the plan's repeat cap
+    (three fixed repeats had left its median to chance); a slow one stops once the time budget is spent with three
+    repeats."""
     fast = _COUNTED + "\n\ndef prepare(**inputs):\n    return lambda: 0.03\n"
-    assert time_baseline(_task(fast), "b", "tiny").repeats == 30
-    slow = _COUNTED + ("\n\nimport time\n\n\ndef prepare(**inputs):\n    def call():\n        time.sleep(0.05)\n"
-                       "    return call\n")
-    r = time_baseline(_task(slow), "b", "tiny", soft_time_s=0.1)
+    assert time_baseline(_task(fast), "b", "tiny").repeats == TimingPlan().max_repeats
+    slow = _COUNTED + ("\n\nimport time\n\n\ndef run_slow():\n    time.sleep(0.05)\n\n\n"
+                       "def prepare(**inputs):\n    return run_slow\n")
+    plan = TimingPlan(min_repeats=10, min_time_s=1.0, max_time_s=0.1)
+    r = time_baseline(_task(slow), "b", "tiny", plan=plan)
     assert r.status is Status.PASSED and r.repeats == 3, r

@@ -24,6 +24,7 @@ import numpy as np
 
 from ksearch.errors import TaskError
 from ksearch.eval.compare import compare
+from ksearch.eval.protocol import TimingPlan
 from ksearch.eval.records import Status, WorkloadResult
 from ksearch.eval.stats import summarize_times
 from ksearch.tasks.inputs import make_inputs
@@ -67,16 +68,14 @@ def load_baseline(task: Task, name: str):
     return load_baseline_module(task, name)["run"]
 
 
-def time_baseline(task: Task, name: str, workload: str, seed: int = 0, repeats: int = 30,
-                  max_time_s: float = 20.0, target: str = "cpu", cases=None, min_repeats: int = 3,
-                  soft_time_s: float = 0.5) -> WorkloadResult:
+def time_baseline(task: Task, name: str, workload: str, seed: int = 0, target: str = "cpu", cases=None,
+                  plan: TimingPlan | None = None) -> WorkloadResult:
     """Median time (ms) of a baseline on one workload, after one checked warm-up call: the host wall clock, or
     the device ms that ``prepare``'s call returns.
 
-    Repeats up to ``repeats`` times: past ``min_repeats`` only while less than ``soft_time_s`` has gone, and
-    never once ``max_time_s`` is spent (at least one timed call). So a 30 us GPU baseline gets 30 repeats, where
-    three (the earlier fixed count) left its median to chance beside the judge's many, and a baseline of a
-    second a call still stops at three. The warm-up call's outputs are
+    Repeats as the judge repeats a candidate, by ``plan`` (the run's TimingPlan; the default one if None):
+    ``TimingPlan.done`` on the timed calls. A fixed three repeats had left a 30 us GPU baseline's median to
+    chance beside the candidates' up to 50. The warm-up call's outputs are
     compared with the reference; a wrong baseline is reported as INCORRECT_NUMERICAL, not timed. A baseline that
     raises while it runs (a torch error, a GPU out of memory) or whose call returns something other than None or
     a device time > 0 is RUNTIME_ERROR, with the reason: the run's final stage goes on.
@@ -99,7 +98,7 @@ def time_baseline(task: Task, name: str, workload: str, seed: int = 0, repeats: 
         else:
             inputs = make_inputs(task.definition, wl, seed)
             want = None
-        _check_and_time(task, module, inputs, result, repeats, max_time_s, want, min_repeats, soft_time_s)
+        _check_and_time(task, module, inputs, result, plan or TimingPlan(), want)
     except BaselineUnavailable:
         raise
     except Exception as e:  # a failing baseline must not cost the run its final measurements
@@ -107,9 +106,8 @@ def time_baseline(task: Task, name: str, workload: str, seed: int = 0, repeats: 
     return result
 
 
-def _check_and_time(task: Task, module: dict, inputs: dict, result: WorkloadResult, repeats: int,
-                    max_time_s: float, want: dict | None = None, min_repeats: int = 3,
-                    soft_time_s: float = 0.5) -> None:
+def _check_and_time(task: Task, module: dict, inputs: dict, result: WorkloadResult, plan: TimingPlan,
+                    want: dict | None = None) -> None:
     """time_baseline's work, filling ``result`` in place (``want``: the reference outputs, if already known)."""
     run = module["run"]
     d = task.definition
@@ -131,11 +129,7 @@ def _check_and_time(task: Task, module: dict, inputs: dict, result: WorkloadResu
         def call():
             run(**inputs)
     times: list[float] = []
-    min_repeats = max(1, min_repeats)   # at least one timed call, whatever the caller asks
-    t_start = time.perf_counter()
-    t_end, t_soft = t_start + max_time_s, t_start + soft_time_s
-    while len(times) < repeats and (not times or time.perf_counter() < t_end) and (
-            len(times) < min_repeats or time.perf_counter() < t_soft):
+    while not times or not plan.done(len(times), sum(times) * 1e-3):
         t0 = time.perf_counter_ns()
         device_ms = call()
         wall_ms = (time.perf_counter_ns() - t0) * 1e-6

@@ -30,3 +30,9 @@ class TimingPlan(BaseModel):
     min_time_s: float = 0.3
     max_time_s: float = 5.0
     flush_bytes: int = 64 << 20
+
+    def done(self, repeats: int, timed_s: float) -> bool:
+        """Whether ``repeats`` timed calls adding up to ``timed_s`` seconds are enough: both minimums met, the
+        repeat cap reached, or the time budget spent with at least three repeats (a median of one is no median)."""
+        return (repeats >= self.max_repeats or (repeats >= self.min_repeats and timed_s >= self.min_time_s)
+                or (timed_s >= self.max_time_s and repeats >= min(3, self.max_repeats)))

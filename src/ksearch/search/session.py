@@ -208,7 +208,7 @@ class Session:
                 self.progress(f"final: the best kernel FAILED on fresh inputs: {best_eval.message}")
             hidden = self._hidden_check(ev, best[1], selected, best_eval)
         ref_name, reference, ref_notes = reference_timings(self.task, names, cfg.seeds[0], self.progress,
-                                                           self.cfg.target, cases=ev)
+                                                           self.cfg.target, cases=ev, plan=cfg.timing)
         return {"best_candidate_id": best[1].id if best else None, "naive": naive.model_dump(mode="json"),
                 "best": best_eval.model_dump(mode="json") if best_eval else None,
                 "hidden": hidden if best else None,
@@ -216,9 +216,9 @@ class Session:
 
 
 def reference_timings(task: Task, workloads: list[str], seed: int, progress: Progress,
-                      target: str = "cpu", cases=None) -> tuple[str | None, dict, list[str]]:
-    """The first of the task's baselines that can run here, timed on ``workloads``: (its name, workload ->
-    WorkloadResult as JSON, notes), or (None, {}, notes) where none can; notes say which baselines were skipped
+                      target: str = "cpu", cases=None, plan=None) -> tuple[str | None, dict, list[str]]:
+    """The first of the task's baselines that can run here, timed on ``workloads`` by ``plan`` (a TimingPlan, as
+    the candidates are; None: the default): (its name, workload -> WorkloadResult as JSON, notes), or (None, {}, notes) where none can; notes say which baselines were skipped
     and why, and which workloads the timed one failed (the summary prints them). A baseline that cannot run here
     (BaselineUnavailable) or does not load (TaskError) is skipped with the reason; one meant for other targets'
     runs (BaselineNotForTarget) is skipped quietly, said only where no baseline runs; one that fails on a
@@ -231,8 +231,8 @@ def reference_timings(task: Task, workloads: list[str], seed: int, progress: Pro
         try:
             for w in workloads:
                 progress(f"final: {name} on {w}")
-                reference[w] = time_baseline(task, name, w, seed=seed, target=target,
-                                             cases=cases).model_dump(mode="json")
+                reference[w] = time_baseline(task, name, w, seed=seed, target=target, cases=cases,
+                                             plan=plan).model_dump(mode="json")
         except BaselineNotForTarget as e:
             other_targets.append(f"baseline {name} skipped: {e}")
             continue

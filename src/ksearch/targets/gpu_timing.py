@@ -108,8 +108,6 @@ def timed_repeats(clock: DeviceClock, plan, l2_bytes: int, n_sets: int, call: Ca
         times_ms.append(dt_ms)
         sums.append(summary())
         total_s += dt_ms * 1e-3
-        enough = len(times_ms) >= plan.min_repeats and total_s >= plan.min_time_s
-        out_of_time = total_s >= plan.max_time_s and len(times_ms) >= 3
-        if enough or out_of_time:
+        if plan.done(len(times_ms), total_s):
             break
     return times_ms, sums
