@@ -61,6 +61,8 @@ def test_a_cycle_over_more_cases_than_fit_keeps_what_fits():
         assert data.counts["references"] == 3  # references fit: computed once each
         assert data.tampered() is None
         _cycle(data, task, ["odd", "tiny"])  # another evaluation's cases may evict what it does not use
+        assert data.counts["inputs"] == 7     # "odd" evicts tiny and small-b2 (unused here), so tiny is redrawn
+        assert {k[0] for k in data._inputs} == {task.workload(n).uuid for n in ("odd", "tiny")}
         assert data.tampered() is None
     finally:
         data.close()
