@@ -16,7 +16,8 @@ On top of those ksearch adds, all optional so foreign files still load:
 - ``reference_backend``: ``torch`` (flashinfer-bench's convention) or ``numpy``;
 - ``reference_inputs`` (numpy references): ``float64`` (the default: every input array widened before ``run``)
   or ``native`` (float16 and float32 arrays reach ``run`` as stored, and ``run`` widens them itself, e.g. a
-  sequence at a time; bfloat16 is still decoded to float64, NumPy having no bfloat16).
+  sequence at a time; bfloat16 is still decoded to float64, NumPy having no bfloat16). A torch reference gets
+  its inputs as torch tensors whatever this says.
 """
 
 from __future__ import annotations

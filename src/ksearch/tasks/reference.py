@@ -40,10 +40,10 @@ def run_reference(definition: Definition, inputs: dict) -> dict[str, np.ndarray]
     if definition.reference_backend == "torch":
         result = _run_torch(definition, run, inputs)
     else:
-        native = definition.reference_inputs == "native"   # run widens float16/float32 itself (definition.py)
-        args = {k: (to_float64(v, definition.inputs[k].dtype)
-                    if isinstance(v, np.ndarray) and not (native and definition.inputs[k].dtype != "bfloat16")
-                    else v) for k, v in inputs.items()}
+        def widen(k):   # native: run widens float16/float32 itself; bfloat16 bits always need decoding
+            return definition.reference_inputs == "float64" or definition.inputs[k].dtype == "bfloat16"
+        args = {k: (to_float64(v, definition.inputs[k].dtype) if isinstance(v, np.ndarray) and widen(k) else v)
+                for k, v in inputs.items()}
         try:
             result = run(**args)
         except Exception as e:
