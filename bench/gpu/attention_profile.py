@@ -19,7 +19,6 @@ import argparse
 import datetime as dt
 import json
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -29,36 +28,33 @@ from attention_h200 import (candidate_impl, copy_ms, load_tasks, task_dtype, to_
 from selective_scan_h200 import Timer  # noqa: E402
 
 
-def kernel_names(fn) -> set[str]:
-    """Names of the kernels one call of fn launches (the L2 flush's, to leave them out of kernel_times)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return {e.key for e in prof.key_averages()}
-
-
-def kernel_times(fn, flush, reps: int, flush_names: set[str]) -> dict:
-    """Mean GPU microseconds per call of each kernel fn launches (by kernel name, ``flush_names`` left out)."""
+def _profile(fn, reps: int) -> dict:
+    """{kernel name: (GPU microseconds in all, launches)} over ``reps`` calls of fn, by torch.profiler (CUPTI)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
-            flush()
             fn()
         torch.cuda.synchronize()
     out = {}
     for e in prof.key_averages():
-        dev_us = getattr(e, "device_time_total", None)
-        if dev_us is None:
-            dev_us = getattr(e, "cuda_time_total", 0.0)
-        if e.key in flush_names or not dev_us or e.count < reps:
-            continue
-        out[e.key] = {"us": dev_us / reps, "launches": e.count / reps}
+        us = getattr(e, "device_time_total", None)
+        out[e.key] = (us if us is not None else getattr(e, "cuda_time_total", 0.0), e.count)
+    return out
+
+
+def kernel_times(fn, flush, reps: int, flush_kernels: dict) -> dict:
+    """Mean GPU microseconds per call of each kernel fn launches, the L2 flush before each call taken off:
+    ``flush_kernels`` is `_profile(flush, n)` per flush (a candidate's own float fill, e.g. zeroed scratch, can be
+    the flush's kernel: it keeps what is left of that kernel's time and launches)."""
+    out = {}
+    for name, (us, count) in _profile(lambda: (flush(), fn()), reps).items():
+        f_us, f_count = flush_kernels.get(name, (0.0, 0))
+        us, count = us - reps * f_us, count - reps * f_count
+        if count >= reps and us > 0:
+            out[name] = {"us": us / reps, "launches": count / reps}
     return out
 
 
@@ -80,7 +76,7 @@ def main(argv=None) -> int:
     dtype = task_dtype(d)
     timer = Timer()
     flush = lambda: timer.flush_buf.fill_(1.0)  # noqa: E731
-    flush_names = kernel_names(flush)
+    flush_kernels = {k: (us / 10, n / 10) for k, (us, n) in _profile(flush, 10).items()}   # per flush
     copy_gib = copy_ms(2 * 2**30, timer, reps=10)
     copy_bps = 2 * 2**30 / (copy_gib * 1e-3)
     lines = [f"copy bandwidth (2 GiB torch copy): {copy_bps / 1e12:.2f} TB/s", "",
@@ -88,6 +84,12 @@ def main(argv=None) -> int:
              "| --- | --- | ---: | ---: | ---: | --- | ---: |"]
     workdir = Path("/tmp/ks-profile")
     workdir.mkdir(exist_ok=True)
+    impls = {}
+    for path in args.candidates:   # compiled once, on first use; a candidate that does not load is an error row
+        try:
+            impls[path] = candidate_impl(args.task, path, workdir, dtype)
+        except Exception as e:  # noqa: BLE001
+            impls[path] = e
     for w in bench:
         axes, cost = d.axis_values(w), d.cost_of(w)
         q, k, v = to_device(make_inputs(d, w, seed=1), "cuda", dtype, dtype)
@@ -97,11 +99,13 @@ def main(argv=None) -> int:
         for path in args.candidates:
             name = path.stem
             try:
-                impl = candidate_impl(args.task, path, workdir, dtype)
+                impl = impls[path]
+                if isinstance(impl, Exception):
+                    raise impl
                 p = impl.prepare(args.task, d, axes, q, k, v)
                 t = timer(p.fn, reps=args.reps, warmup=3)
                 us = t["median_ms"] * 1e3
-                ks = kernel_times(p.fn, flush, args.reps, flush_names)
+                ks = kernel_times(p.fn, flush, args.reps, flush_kernels)
                 kern = "; ".join(f"{n.split('(')[0][:48]} {x['us']:.1f}" + (f" x{x['launches']:.0f}" if x["launches"] != 1 else "")
                                  for n, x in sorted(ks.items(), key=lambda kv: -kv[1]["us"]))
                 rest = us - sum(x["us"] for x in ks.values())

@@ -162,3 +162,21 @@ def test_cpu_smoke_mode_writes_json_and_markdown(tmp_path):
             assert st["sdpa-math bf16"]["worst_excess_at_task_tolerance"] <= 0
     assert "x vs best baseline fp16" in report["markdown"]
     assert "Baselines at attention-prefill-bf16's own tolerance" in report["markdown"]
+
+
+def test_profile_takes_the_flush_off_a_kernel_it_shares_with_the_candidate(bench, monkeypatch):
+    """bench/gpu/attention_profile.py: the L2 flush is a float fill, and a candidate zeroing float scratch launches
+    the same kernel; per call the flush's share is subtracted, not the whole kernel dropped."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import attention_profile as prof
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    fill, split = "FillFunctor<float>", "decode_split<128, 4, 4, 2, 8>"
+    reps = 10   # per call: the flush's fill 6 us, the candidate's own fill 1 us, its split 25 us
+    monkeypatch.setattr(prof, "_profile", lambda fn, n: {fill: (n * 7.0, 2 * n), split: (n * 25.0, n)})
+    got = prof.kernel_times(lambda: None, lambda: None, reps, {fill: (6.0, 1)})
+    assert got[fill] == {"us": pytest.approx(1.0), "launches": pytest.approx(1.0)}
+    assert got[split] == {"us": pytest.approx(25.0), "launches": pytest.approx(1.0)}
+    alone = prof.kernel_times(lambda: None, lambda: None, reps, {fill: (7.0, 2)})   # only the flush fills
+    assert set(alone) == {split}
