@@ -258,9 +258,9 @@ class Timer:
     def __init__(self):
         import torch
 
-        from ksearch.targets.gpu_timing import COVER_CYCLES
+        from ksearch.targets.gpu_timing import torch_spin
 
-        self.torch, self.cover_cycles = torch, COVER_CYCLES
+        self.torch, self.spin = torch, torch_spin(torch)
         l2 = torch.cuda.get_device_properties(0).L2_cache_size or 50 * 2**20
         self.flush_buf = torch.empty(2 * l2 // 4 + 1024, dtype=torch.float32, device="cuda")
 
@@ -273,10 +273,9 @@ class Timer:
         t_start = time.time()
         for _ in range(reps):
             self.flush_buf.fill_(1.0)
-            if hasattr(torch.cuda, "_sleep"):   # keep the GPU busy while the CPU enqueues: no launch gap timed
-                # the judge's cover (ksearch.targets.gpu_timing: 200 us at 2 GHz); 25 us (before 2026-11-30)
-                # left torch SDPA's and Triton's host launch partly timed at 30-100 us decode calls
-                torch.cuda._sleep(self.cover_cycles)
+            # the judge's cover: the GPU busy while the CPU enqueues, no launch gap timed (gpu_timing.COVER_US);
+            # 25 us (before 2026-11-30) left torch SDPA's and Triton's host launch partly timed at 30-100 us calls
+            self.spin()
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
             fn()

@@ -30,9 +30,22 @@ import numpy as np
 ROTATE = 3
 #: microseconds of GPU spin before each timed call's start event (launch overhead hidden up to this much)
 COVER_US = 200.0
-#: GPU clock cycles of `COVER_US` for a cycle-counting spin (torch.cuda._sleep): at 2 GHz, so at least COVER_US
-#: on any clock up to 2 GHz (the H200 boosts to 1.98 GHz)
-COVER_CYCLES = int(COVER_US * 2000)
+#: GPU clock cycles a microsecond for a cycle-counting spin (torch.cuda._sleep): 2 GHz, so a spin lasts at least
+#: its microseconds on any clock up to 2 GHz (the H200 boosts to 1.98 GHz)
+CYCLES_PER_US = 2000
+
+
+def torch_spin(torch):
+    """``spin(us=COVER_US)``: enqueue a GPU busy loop of ``us`` microseconds on torch's current stream
+    (torch.cuda._sleep, cycles counted at CYCLES_PER_US), the launch cover of the torch-timed judge (triton),
+    baselines and benches; a no-op where torch has no _sleep. torch.cuda._sleep is looked up once, here: a
+    candidate running in the same process cannot swap it afterwards."""
+    sleep = getattr(torch.cuda, "_sleep", None)
+
+    def spin(us: float = COVER_US) -> None:
+        if sleep is not None:
+            sleep(int(us * CYCLES_PER_US))
+    return spin
 
 
 class DeviceClock(Protocol):

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from ksearch.errors import KernelCompileError, KernelRejected, TargetError
-from ksearch.targets.gpu_timing import COVER_CYCLES, COVER_US, rotation_copies, timed_repeats, warm_up
+from ksearch.targets.gpu_timing import rotation_copies, timed_repeats, torch_spin, warm_up
 from ksearch.tasks.definition import Definition
 
 #: aten operators ``run`` may cause on the GPU: allocating, filling, viewing, copying buffers. Anything else
@@ -139,7 +139,7 @@ class TorchClock:
         self._empty, self._f32 = torch.empty, torch.float32
         self._flush = None
         # torch's spin kernel (a busy loop of the given clock cycles; private but present since torch 1.x)
-        self._sleep = getattr(torch.cuda, "_sleep", None)
+        self._spin = torch_spin(torch)
 
     def event(self):
         return self._new_event(enable_timing=True)
@@ -159,8 +159,7 @@ class TorchClock:
         self._flush.fill_(value)
 
     def cover(self, us: float) -> None:
-        if self._sleep is not None:
-            self._sleep(int(us * COVER_CYCLES / COVER_US))  # cycles at 2 GHz (gpu_timing.COVER_CYCLES)
+        self._spin(us)
 
     def free_bytes(self) -> int:
         return int(self._mem_get_info()[0])
