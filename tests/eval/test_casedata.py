@@ -68,6 +68,28 @@ def test_a_cycle_over_more_cases_than_fit_keeps_what_fits():
         data.close()
 
 
+def test_the_usage_record_holds_only_cached_keys():
+    """Ten seeds in ten evaluations through caches that hold one case each: evicted keys leave the record of which
+    evaluation used what (it grew by one key per case before, for the life of the run)."""
+    task = load_task("selective-scan")
+    wl = task.workload("tiny")
+    probe = CaseData(task.definition, 1 << 30, 1 << 30)
+    inputs, _ = probe.inputs(wl, 0)
+    in_size = sum(v.nbytes for v in inputs.values() if isinstance(v, np.ndarray))
+    ref_size = sum(v.nbytes for v in probe.reference(wl, 0, inputs).values())
+    probe.close()
+    data = CaseData(task.definition, ref_size + ref_size // 2, in_size + in_size // 2)
+    try:
+        for seed in range(10):
+            data.begin()
+            data.reference(wl, seed, data.inputs(wl, seed)[0])
+            data.end()
+        assert len(data._inputs) == len(data._refs) == 1
+        assert set(data._used) == set(data._inputs) | set(data._refs)
+    finally:
+        data.close()
+
+
 def test_a_file_planted_in_an_uncached_case_dropped_mid_evaluation_is_still_reported():
     """With nothing cached, a case's folder goes once two newer ones are served, before the evaluation's end-of-run
     tamper check walks the input directory: the file a kernel planted there must not go with it unreported."""

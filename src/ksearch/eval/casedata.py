@@ -177,6 +177,8 @@ class CaseData:
             if used + size <= budget:
                 break
             used -= drop(cache.pop(key))
+            if key not in self._inputs and key not in self._refs:   # _used holds only cached keys
+                self._used.pop(key, None)
         return True, used
 
     def reference(self, workload: Workload, seed: int, inputs: dict) -> dict[str, np.ndarray]:
