@@ -212,3 +212,25 @@ def test_gpu_spec_is_measured():
     spec = measure_gpu_spec(repeats=3)
     assert spec.kind == "gpu" and spec.simd_width == 32 and spec.memory_bandwidth_gbs > 100
     assert spec.exp_rate_per_s > 1e10 and spec.peak_flops["float32"] > 1e12
+
+
+@pytest.mark.cuda
+def test_compile_module_one_program_per_kernel_in_parallel():
+    import cupy as cp
+
+    from ksearch.targets.cuda_runtime import compile_module
+
+    src = ("template <int SCALE> __global__ void scale(float *x) { x[threadIdx.x] *= SCALE; }\n"
+           'extern "C" __global__ void bump(float *x) { x[threadIdx.x] += 1.0f; }')
+    names = ["scale<2>", "scale<3>", "bump"]
+    images, fns = compile_module(cp, src, ["-std=c++17"], names, threads=3)
+    assert len(images) == 3 and all(img[:4] == b"\x7fELF" for img in images)  # cubins for the device's sm_XX
+    assert sorted(fns) == sorted(names)
+    x = cp.ones(32, dtype=cp.float32)
+    for name in names:
+        fns[name]((1,), (32,), (x,))
+    assert float(x[0]) == 7.0  # (1 * 2 * 3) + 1
+    with pytest.raises(cp.cuda.compiler.CompileException, match="oops"):
+        compile_module(cp, src + "\nvoid broken() { oops; }", [], names, threads=2)
+    with pytest.raises((KeyError, cp.cuda.compiler.CompileException)):  # a name that is not a kernel of the source
+        compile_module(cp, src, [], ["scale<2>", "missing<1>"], threads=2)

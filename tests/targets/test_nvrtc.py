@@ -79,6 +79,24 @@ def test_module_state_is_seen_in_an_nvrtc_cubin():
     assert "g" in module_state(images[0])
 
 
+def test_check_module_rejects_state_in_any_of_the_programs():
+    # the worker compiles one NVRTC program per kernel of the plan (cuda_runtime.compile_module): the state check
+    # must look at every image, not the first
+    from ksearch.errors import KernelRejected
+    from ksearch.targets.cuda_checks import check_module
+
+    images = []
+    for src in ('extern "C" __global__ void clean(float *x) { x[0] += 1.0f; }',
+                '__device__ float hidden;\nextern "C" __global__ void keeps(float *x) { hidden += x[0]; x[0] = hidden; }'):
+        ok, log = nvrtc_compile(src, cubin=images)
+        assert ok, log
+    check_module(images[:1])
+    with pytest.raises(KernelRejected, match="hidden"):
+        check_module(images)
+    with pytest.raises(KernelRejected, match="hidden"):
+        check_module(images[::-1])
+
+
 def test_nvrtc_rejects_what_nvcc_would_accept():
     ok, log = nvrtc_compile('extern "C" __global__ void f(float *x) { x[0] = -INFINITY; }')
     assert not ok and "INFINITY" in log

@@ -108,5 +108,5 @@ class CudaTarget:
         payload = json.loads(Path(artifact).read_text())
         plan = parse_plan(payload["launch"], definition)
         runner = CheckedRunner(payload["source"], payload["options"], plan, definition)
-        check_module(payload["source"], payload["options"], plan.kernel_names())
+        check_module(runner.images)
         return runner

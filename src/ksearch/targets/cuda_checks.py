@@ -64,23 +64,14 @@ def module_state(image: bytes) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def check_module(source: str, options: list[str], names: list[str]) -> None:
-    """Compile ``source`` as CuPy's RawModule does (NVRTC, the device's architecture, CuPy's include paths)
-    and raise KernelRejected if the module can keep state (`module_state`).
+def check_module(images: list[bytes]) -> None:
+    """Raise KernelRejected if a compiled module of ``images`` (the cubins `CudaRunner` compiled and loaded)
+    can keep state (`module_state`).
 
     Raises:
         KernelRejected: the module defines global variables or calls the device heap or printf.
-        TargetError: the check could not compile (an infrastructure problem: the candidate compiled already).
     """
-    try:
-        from cupy._core.core import assemble_cupy_compiler_options
-        from cupy.cuda import compiler
-
-        image, _ = compiler.compile_using_nvrtc(source, assemble_cupy_compiler_options(tuple(options)),
-                                                name_expressions=names, cache_in_memory=True)
-    except Exception as e:
-        raise TargetError(f"cannot compile the module to check it for state: {type(e).__name__}: {e}") from None
-    state = module_state(bytes(image))
+    state = list(dict.fromkeys(x for image in images for x in module_state(bytes(image))))
     if state:
         raise KernelRejected(
             f"the compiled module keeps state between calls: {', '.join(state[:8])}"
