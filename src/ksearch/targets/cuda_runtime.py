@@ -44,8 +44,9 @@ def compile_module(cp, source: str, options: list[str], names: list[str],
     Returns (the compiled images, one per name: cubins for an architecture NVRTC knows, else PTX; the kernels,
     name expression -> ``cupy.RawKernel``). The images are kept for the worker's check of the modules
     (`ksearch.targets.cuda_checks.module_state`). Measured on the H200 host (2026-11-30, the decode pack's 13
-    template instances, `.device/probe_load.py`): one program with every instance took 4.6 s, and the old
-    load (RawModule, then the check compiling the source again) 9.6 s.
+    template instances, bench/results/logs-attention-20261130-s6/probe_load.py, one sample per call): 2.0 s
+    this way, 4.6 s as one program with every instance, 9.6-12.5 s the way before (RawModule, then the check
+    compiling the source again).
 
     Raises:
         cupy.cuda.compiler.CompileException: NVRTC refused the source (the first failing program's log), or a
