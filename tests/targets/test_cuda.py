@@ -215,22 +215,86 @@ def test_gpu_spec_is_measured():
 
 
 @pytest.mark.cuda
-def test_compile_module_one_program_per_kernel_in_parallel():
+def test_compile_module_programs_in_parallel_load_the_right_kernels():
     import cupy as cp
+    import numpy as np
 
     from ksearch.targets.cuda_runtime import compile_module
 
-    src = ("template <int SCALE> __global__ void scale(float *x) { x[threadIdx.x] *= SCALE; }\n"
-           'extern "C" __global__ void bump(float *x) { x[threadIdx.x] += 1.0f; }')
-    names = ["scale<2>", "scale<3>", "bump"]
-    images, fns = compile_module(cp, src, ["-std=c++17"], names, threads=3)
-    assert len(images) == 3 and all(img[:4] == b"\x7fELF" for img in images)  # cubins for the device's sm_XX
+    src = ("template <int SCALE> __global__ void scale(float *x) { x[threadIdx.x] = x[threadIdx.x] * SCALE + SCALE; }\n"
+           'extern "C" __global__ void half_it(float *x) { x[threadIdx.x] *= 0.5f; }')
+    names = ["scale<2>", "scale<3>", "half_it"]
+    images, fns = compile_module(cp, src, ["-std=c++17"], names, threads=2)
+    assert len(images) == 2 and all(img[:4] == b"\x7fELF" for img in images)  # two programs: cubins
     assert sorted(fns) == sorted(names)
     x = cp.ones(32, dtype=cp.float32)
-    for name in names:
-        fns[name]((1,), (32,), (x,))
-    assert float(x[0]) == 7.0  # (1 * 2 * 3) + 1
+    fns["scale<2>"]((1,), (32,), (x,))
+    fns["scale<3>"]((1,), (32,), (x,))
+    assert float(x[0]) == (1 * 2 + 2) * 3 + 3  # 15; swapped instances would give (1*3+3)*2+2 = 14
+    d = cp.asarray(np.full(32, 1e-38, dtype=np.float32))  # a float32 subnormal, copied (no CuPy kernel)
+    assert float(d[0]) > 0.0
+    fns["half_it"]((1,), (32,), (d,))
+    assert float(d[0]) == 0.0  # -ftz=true, as CuPy's RawModule compiles (5e-39 without it)
     with pytest.raises(cp.cuda.compiler.CompileException, match="oops"):
         compile_module(cp, src + "\nvoid broken() { oops; }", [], names, threads=2)
-    with pytest.raises((KeyError, cp.cuda.compiler.CompileException)):  # a name that is not a kernel of the source
+    with pytest.raises(cp.cuda.compiler.CompileException):  # a name that is not a kernel of the source
         compile_module(cp, src, [], ["scale<2>", "missing<1>"], threads=2)
+
+
+def test_compile_module_deals_names_into_programs(monkeypatch):
+    # without CuPy: stand-ins for the two CuPy modules compile_module uses, recording each NVRTC program
+    import sys
+    import threading
+    import types
+
+    from ksearch.targets import cuda_runtime
+
+    programs, loaded = [], {}
+    lock = threading.Lock()
+
+    def compile_using_nvrtc(source, options, arch=None, cache_in_memory=False, name_expressions=None):
+        assert options[-1] == "-ftz=true" and "-std=c++17" in options and arch == "90" and cache_in_memory
+        if "broken" in source:
+            raise RuntimeError("NVRTC says no")
+        with lock:
+            programs.append(list(name_expressions or []))
+        return b"\x7fELF" + "|".join(name_expressions or []).encode(), {n: f"_Z{n}" for n in name_expressions or []}
+
+    class RawModule:
+        def __init__(self, path):
+            with open(path, "rb") as f:
+                self.image = f.read()
+
+        def get_function(self, lowered):
+            loaded[lowered] = self.image
+            return lowered
+
+    compiler = types.SimpleNamespace(compile_using_nvrtc=compile_using_nvrtc, _get_arch=lambda: "90")
+    core = types.SimpleNamespace(assemble_cupy_compiler_options=lambda opts: opts + ("-I/cupy",))
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace())
+    monkeypatch.setitem(sys.modules, "cupy._core", types.SimpleNamespace(core=core))
+    monkeypatch.setitem(sys.modules, "cupy._core.core", core)
+    monkeypatch.setitem(sys.modules, "cupy.cuda", types.SimpleNamespace(compiler=compiler))
+    monkeypatch.setitem(sys.modules, "cupy.cuda.compiler", compiler)
+    cp = types.SimpleNamespace(RawModule=RawModule)
+    names = [f"k<{i}>" for i in range(5)] + ["k<0>"]  # a repeated name is compiled once
+
+    images, fns = cuda_runtime.compile_module(cp, "src", ["-std=c++17"], names, threads=2)
+    assert sorted(map(sorted, programs)) == [["k<0>", "k<2>", "k<4>"], ["k<1>", "k<3>"]]
+    assert len(images) == 2 and fns == {f"k<{i}>": f"_Zk<{i}>" for i in range(5)}
+    assert all(name.encode() in loaded[f"_Z{name}"] for name in fns)  # each kernel from its own program's image
+
+    programs.clear()
+    monkeypatch.setattr(cuda_runtime, "_usable_cpus", lambda: 1)
+    images, fns = cuda_runtime.compile_module(cp, "src", ["-std=c++17"], names)  # one CPU: one program
+    assert programs == [[f"k<{i}>" for i in range(5)]] and len(images) == 1 and len(fns) == 5
+    with pytest.raises(RuntimeError, match="NVRTC says no"):
+        cuda_runtime.compile_module(cp, "broken", ["-std=c++17"], names, threads=3)
+
+
+def test_check_module_refuses_what_it_cannot_read():
+    from ksearch.errors import TargetError
+    from ksearch.targets.cuda_checks import check_module
+
+    with pytest.raises(TargetError, match="not a cubin"):  # PTX would pass module_state unread
+        check_module([b"//\n// Generated by NVIDIA NVVM Compiler\n.version 8.0\n"])

@@ -9,9 +9,9 @@ second context. An NVRTC failure raises KernelCompileError, which the judge repo
 NVRTC log; a module that keeps state between calls, or a kernel that writes its device inputs, raises
 KernelRejected (REJECTED; see `cuda_checks`).
 
-Compiled modules are cached by CuPy (key: source + options + arch + NVRTC version) in the worker's own
-scratch home (``CUPY_CACHE_DIR``), not in a directory shared between workers: a hostile candidate could
-otherwise overwrite another candidate's cached binary. Recompiling costs ~0.1-1 s per worker.
+A candidate's modules are compiled once per worker and not cached on disk (a cache shared between workers
+would let a hostile candidate plant a binary under another candidate's key); `cuda_runtime.compile_module`
+has what that costs.
 
 ABI and plan format: docs/cuda-target.md.
 """

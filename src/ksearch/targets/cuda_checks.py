@@ -70,7 +70,12 @@ def check_module(images: list[bytes]) -> None:
 
     Raises:
         KernelRejected: the module defines global variables or calls the device heap or printf.
+        TargetError: an image is not a cubin (an ELF file; PTX would pass `module_state` unread).
     """
+    for image in images:
+        if bytes(image[:4]) != b"\x7fELF":
+            raise TargetError(f"the compiled module is not a cubin (starts {bytes(image[:16])!r}): its state "
+                              "cannot be checked (CUPY_COMPILE_WITH_PTX set?)")
     state = list(dict.fromkeys(x for image in images for x in module_state(bytes(image))))
     if state:
         raise KernelRejected(

@@ -30,28 +30,40 @@ from ksearch.tasks.inputs import numpy_dtype
 _STATIC_SHARED_LIMIT = 48 * 1024
 
 
-#: NVRTC programs compiled at once in a worker (NVRTC releases the GIL while it compiles)
+#: NVRTC programs compiled at once in a worker, at most (and at most the CPUs the worker may use). Our choice:
+#: the decode pack's 13 template instances compiled in 2.0 s on the H200 host as 13 programs on 8 threads,
+#: against 4.6 s as one program (bench/results/gpu-attention-h200-20261130-session6.md, section 2)
 COMPILE_THREADS = 8
+
+
+def _usable_cpus() -> int:
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def compile_module(cp, source: str, options: list[str], names: list[str],
                    threads: int | None = None) -> tuple[list[bytes], dict]:
     """Compile ``source`` with NVRTC as CuPy's ``RawModule(code=...)`` does (CuPy's include paths and default
-    C++ standard, ``-ftz=true`` appended, the device's ``-arch=sm_XX``, ``names`` as name expressions), one
-    NVRTC program per name expression, up to ``threads`` (default: min(COMPILE_THREADS, CPUs)) at once, and
-    load them.
+    C++ standard, ``-ftz=true`` appended, ``-arch=sm_XX`` for the device's architecture capped at NVRTC's
+    newest, ``names`` as name expressions) and load it. The names are dealt round-robin into up to ``threads``
+    NVRTC programs (default: min(COMPILE_THREADS, usable CPUs)), compiled at once (NVRTC releases the GIL);
+    each program compiles the whole source and instantiates its names. On one CPU: one program, as CuPy does.
 
-    Returns (the compiled images, one per name: cubins for an architecture NVRTC knows, else PTX; the kernels,
-    name expression -> ``cupy.RawKernel``). The images are kept for the worker's check of the modules
-    (`ksearch.targets.cuda_checks.module_state`). Measured on the H200 host (2026-11-30, the decode pack's 13
-    template instances, bench/results/logs-attention-20261130-s6/probe_load.py, one sample per call): 2.0 s
-    this way, 4.6 s as one program with every instance, 9.6-12.5 s the way before (RawModule, then the check
-    compiling the source again).
+    Returns (the compiled images, one per program: cubins; the kernels, name expression ->
+    ``cupy.RawKernel``). The images are what the worker's state check reads
+    (`ksearch.targets.cuda_checks.check_module`): the bytes checked are the bytes loaded. Measured on the H200
+    host (2026-11-30, the decode pack's 13 template instances, bench/results/logs-attention-20261130-s6/
+    probe_load.py, one sample per call): 2.0 s as 13 programs on 8 threads, 4.6 s as one program, 9.6-12.5 s
+    the way before (RawModule, then the check compiling the source again).
 
     Raises:
-        cupy.cuda.compiler.CompileException: NVRTC refused the source (the first failing program's log), or a
-            name expression that names nothing in it.
-        KeyError: a name expression NVRTC compiled but did not lower.
+        cupy.cuda.compiler.CompileException: NVRTC refused the source, an option, or a name expression that
+            names no kernel of it (the first failing program's log; programs not started are cancelled).
+        cupy.cuda.driver.CUDADriverError: the driver could not load a compiled image.
     """
     import os
     import tempfile
@@ -62,27 +74,32 @@ def compile_module(cp, source: str, options: list[str], names: list[str],
 
     opts = assemble_cupy_compiler_options(tuple(options)) + ("-ftz=true",)  # what RawModule(code=...) adds
     arch = compiler._get_arch()  # here: a new thread's current device is device 0, not necessarily ours
-    names = list(dict.fromkeys(names)) or [None]
+    names = list(dict.fromkeys(names))
+    n = max(1, min(len(names), threads or min(COMPILE_THREADS, _usable_cpus())))
+    groups = [names[i::n] for i in range(n)] if names else [[]]
 
-    def one(name):
+    def one(group: list[str]) -> tuple[bytes, dict]:
         image, mapping = compiler.compile_using_nvrtc(source, opts, arch=arch, cache_in_memory=True,
-                                                      name_expressions=None if name is None else [name])
-        return bytes(image), (None if name is None else mapping[name])
+                                                      name_expressions=group or None)
+        return bytes(image), mapping or {}
 
-    n = max(1, min(len(names), threads or min(COMPILE_THREADS, os.cpu_count() or 1)))
-    if n == 1:
-        compiled = [one(name) for name in names]
+    if len(groups) == 1:
+        compiled = [one(groups[0])]
     else:
-        with ThreadPoolExecutor(n) as pool:
-            compiled = list(pool.map(one, names))
+        pool = ThreadPoolExecutor(len(groups))
+        try:
+            compiled = [f.result() for f in [pool.submit(one, g) for g in groups]]
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)  # after a failure: start no more programs
     functions = {}
-    for name, (image, lowered) in zip(names, compiled):
+    for group, (image, mapping) in zip(groups, compiled):
         fd, path = tempfile.mkstemp(suffix=".cubin")  # the worker's private TMPDIR; RawModule(path=) loads a file
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(image)
-            if name is not None:
-                functions[name] = cp.RawModule(path=path).get_function(lowered)  # loads the file now
+            module = cp.RawModule(path=path)
+            for name in group:
+                functions[name] = module.get_function(mapping[name])  # loads the file now
         finally:
             os.unlink(path)
     return [image for image, _ in compiled], functions
@@ -95,8 +112,9 @@ class CudaRunner:
         source: the translation unit; options: NVRTC options (CuPy adds the device's -arch);
         plan: the validated launch plan; definition: the task (names and ABI order).
     Raises:
-        KernelCompileError: NVRTC failed (message: its log) or a kernel named by the plan is missing.
-        TargetError: CuPy or a device is missing.
+        KernelCompileError: NVRTC failed (message: its log), a kernel named by the plan is missing, or the
+            driver refused to load the compiled module.
+        TargetError: CuPy or a device is missing, or compiling failed for a reason that is not the candidate's.
     """
 
     is_device_runner = True
@@ -116,10 +134,13 @@ class CudaRunner:
         names = plan.kernel_names()
         try:
             self.images, self.functions = compile_module(cp, source, options, names)
-        except cp.cuda.compiler.CompileException as e:
+        except cp.cuda.compiler.CompileException as e:  # the source, an option, a name that is no kernel of it
             raise KernelCompileError(f"NVRTC ({self.arch}, options {' '.join(options)}):\n{e}") from None
-        except Exception as e:  # a name expression that is not in the source, a bad option
-            raise KernelCompileError(f"NVRTC ({self.arch}): {type(e).__name__}: {e} (kernels {names})") from None
+        except cp.cuda.driver.CUDADriverError as e:  # e.g. a kernel whose resources the device cannot give
+            raise KernelCompileError(f"loading the compiled module ({self.arch}): {e} (kernels {names})") from None
+        except Exception as e:  # ours or CuPy's (a renamed private API, no temp file, no thread): not the kernel's
+            raise TargetError(f"the cuda worker could not compile and load the candidate: {type(e).__name__}: "
+                              f"{e}") from None
         self._resolved: dict[tuple, list[ResolvedLaunch]] = {}
         self.judge = JudgeKernels(cp)  # poisoning, summaries, comparisons: no CuPy JIT kernels per worker
         self.clock = CupyClock(cp, self.judge)
