@@ -73,10 +73,10 @@ def check_module(images: list[bytes]) -> None:
         TargetError: an image is not a cubin (an ELF file; PTX would pass `module_state` unread).
     """
     for image in images:
-        if bytes(image[:4]) != b"\x7fELF":
-            raise TargetError(f"the compiled module is not a cubin (starts {bytes(image[:16])!r}): its state "
+        if image[:4] != b"\x7fELF":
+            raise TargetError(f"the compiled module is not a cubin (starts {image[:16]!r}): its state "
                               "cannot be checked (CUPY_COMPILE_WITH_PTX set?)")
-    state = list(dict.fromkeys(x for image in images for x in module_state(bytes(image))))
+    state = list(dict.fromkeys(x for image in images for x in module_state(image)))
     if state:
         raise KernelRejected(
             f"the compiled module keeps state between calls: {', '.join(state[:8])}"

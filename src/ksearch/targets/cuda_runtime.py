@@ -62,7 +62,7 @@ def compile_module(cp, source: str, options: list[str], names: list[str],
 
     Raises:
         cupy.cuda.compiler.CompileException: NVRTC refused the source, an option, or a name expression that
-            names no kernel of it (the first failing program's log; programs not started are cancelled).
+            names no kernel of it (the first failing program's log).
         cupy.cuda.driver.CUDADriverError: the driver could not load a compiled image.
     """
     import os
@@ -74,23 +74,17 @@ def compile_module(cp, source: str, options: list[str], names: list[str],
 
     opts = assemble_cupy_compiler_options(tuple(options)) + ("-ftz=true",)  # what RawModule(code=...) adds
     arch = compiler._get_arch()  # here: a new thread's current device is device 0, not necessarily ours
-    names = list(dict.fromkeys(names))
+    names = list(dict.fromkeys(names))   # a launch plan names at least one kernel
     n = max(1, min(len(names), threads or min(COMPILE_THREADS, _usable_cpus())))
-    groups = [names[i::n] for i in range(n)] if names else [[]]
+    groups = [names[i::n] for i in range(n)]
 
     def one(group: list[str]) -> tuple[bytes, dict]:
         image, mapping = compiler.compile_using_nvrtc(source, opts, arch=arch, cache_in_memory=True,
-                                                      name_expressions=group or None)
-        return bytes(image), mapping or {}
+                                                      name_expressions=group)
+        return bytes(image), mapping
 
-    if len(groups) == 1:
-        compiled = [one(groups[0])]
-    else:
-        pool = ThreadPoolExecutor(len(groups))
-        try:
-            compiled = [f.result() for f in [pool.submit(one, g) for g in groups]]
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)  # after a failure: start no more programs
+    with ThreadPoolExecutor(n) as pool:   # one thread a program: every program starts at once
+        compiled = list(pool.map(one, groups))
     functions = {}
     for group, (image, mapping) in zip(groups, compiled):
         fd, path = tempfile.mkstemp(suffix=".cubin")  # the worker's private TMPDIR; RawModule(path=) loads a file
@@ -109,7 +103,7 @@ class CudaRunner:
     """One compiled candidate on the current CUDA device.
 
     Args:
-        source: the translation unit; options: NVRTC options (CuPy adds the device's -arch);
+        source: the translation unit; options: NVRTC options (`compile_module` adds CuPy's and the -arch);
         plan: the validated launch plan; definition: the task (names and ABI order).
     Raises:
         KernelCompileError: NVRTC failed (message: its log), a kernel named by the plan is missing, or the
