@@ -58,7 +58,9 @@ def compile_module(cp, source: str, options: list[str], names: list[str],
     (`ksearch.targets.cuda_checks.check_module`): the bytes checked are the bytes loaded. Measured on the H200
     host (2026-11-30, the decode pack's 13 template instances, bench/results/logs-attention-20261130-s6/
     probe_load.py, one sample per call): 2.0 s as 13 programs on 8 threads, 4.6 s as one program, 9.6-12.5 s
-    the way before (RawModule, then the check compiling the source again).
+    the way before (RawModule, then the check compiling the source again). On a 2-core VM without a GPU
+    (`python bench/nvrtc_compile_split.py`, bench/results/nvrtc-compile-split-20261130T140855Z.md): 3.56 s as one program, 1.98 s
+    dealt into 2, 3.09 s as 13.
 
     Raises:
         cupy.cuda.compiler.CompileException: NVRTC refused the source, an option, or a name expression that
