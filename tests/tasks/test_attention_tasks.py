@@ -372,12 +372,13 @@ def _passes_and_follows_the_causal_axis(baseline: str, name: str, workload: str,
     from ksearch.eval.records import Status
 
     task = load_task(name)
-    assert time_baseline(task, baseline, workload, seed=5, plan=TimingPlan(min_repeats=1, max_repeats=1, min_time_s=0), target=target).status is Status.PASSED
+    once = TimingPlan(min_repeats=1, max_repeats=1, min_time_s=0)
+    assert time_baseline(task, baseline, workload, seed=5, plan=once, target=target).status is Status.PASSED
     if "causal" in task.definition.axes:
         axes = dict(task.definition.axes)
         axes["causal"] = axes["causal"].model_copy(update={"value": 1 - axes["causal"].value})
         flipped = dataclasses.replace(task, definition=task.definition.model_copy(update={"axes": axes}))
-        r = time_baseline(flipped, baseline, workload, seed=5, plan=TimingPlan(min_repeats=1, max_repeats=1, min_time_s=0), target=flipped_target)
+        r = time_baseline(flipped, baseline, workload, seed=5, plan=once, target=flipped_target)
         assert r.status is Status.INCORRECT_NUMERICAL
 
 
