@@ -2,6 +2,7 @@
 
 from ksearch.hardware.cache import cached_local_spec, home_dir, load_or_measure, load_spec, save_spec
 from ksearch.hardware.cpu import CpuInfo, detect_cpu
+from ksearch.hardware.load import LoadMeter, LoadReading, measure_load
 from ksearch.hardware.local import measure_local_spec
 from ksearch.hardware.probes import measure_ceilings
 from ksearch.hardware.roofline import Roofline, achieved_gbs, bound, floor_s, pct_of_floor, roofline
@@ -11,6 +12,8 @@ __all__ = [
     "CacheLevel",
     "CpuInfo",
     "HardwareSpec",
+    "LoadMeter",
+    "LoadReading",
     "Measurement",
     "Roofline",
     "achieved_gbs",
@@ -22,6 +25,7 @@ __all__ = [
     "load_or_measure",
     "load_spec",
     "measure_ceilings",
+    "measure_load",
     "measure_local_spec",
     "pct_of_floor",
     "roofline",

@@ -1,0 +1,88 @@
+"""Synthetic CPU load for the load-meter and probe tests: busy loops that are, or are not, our descendants."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from ksearch.hardware.load import PROC, parse_pid_stat, usable_cpus
+
+LOOP = "while True: pass"
+
+# The middle process forks the loop in a new session, prints its pid and exits: the loop is re-parented away
+# from us, so it is nobody's descendant of ours.
+_DETACH = f"""
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    os.closerange(0, 3)
+    {LOOP}
+print(pid, flush=True)
+"""
+
+
+def cpu_ticks(pids) -> int:
+    """utime + stime (+ reaped children) ticks of the live processes `pids`."""
+    total = 0
+    for pid in pids:
+        try:
+            total += parse_pid_stat((PROC / str(pid) / "stat").read_text())[3]
+        except (OSError, ValueError):
+            pass
+    return total
+
+
+def _kill(pids) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def detached_loops(n: int | None = None):
+    """`n` (default: one per usable CPU) busy loops, each in its own session and not our descendant; yields
+    their pids (each also its session id) and kills them on exit."""
+    n = n or len(usable_cpus())
+    pids: list[int] = []
+    try:
+        for _ in range(n):
+            out = subprocess.run([sys.executable, "-c", _DETACH], capture_output=True, text=True, timeout=30,
+                                 check=True).stdout
+            pids.append(int(out.split()[0]))
+        time.sleep(0.05)
+        yield pids
+    finally:
+        _kill(pids)
+
+
+@contextlib.contextmanager
+def own_loops(n: int | None = None, grandchild: bool = True):
+    """`n` busy loops that are our descendants (the last one a grandchild, through a shell, when `grandchild`);
+    yields the pids of the loops and kills them (and the shell) on exit."""
+    n = n or len(usable_cpus())
+    procs: list[subprocess.Popen] = []
+    loops: list[int] = []
+    try:
+        for i in range(n):
+            if grandchild and i == n - 1:
+                shell = subprocess.Popen(["sh", "-c", f'{sys.executable} -c "{LOOP}" & echo $!; wait'],
+                                         stdout=subprocess.PIPE, text=True)
+                procs.append(shell)
+                loops.append(int(shell.stdout.readline()))
+            else:
+                p = subprocess.Popen([sys.executable, "-c", LOOP])
+                procs.append(p)
+                loops.append(p.pid)
+        time.sleep(0.05)
+        yield loops
+    finally:
+        _kill(loops)
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                p.kill()
+            p.wait(timeout=10)
