@@ -15,6 +15,11 @@ Context levels (``--context``), each adding to the one before (for ablations):
 
 `Views` builds each part once per proposer (task, hardware, pack) or per call (tree views); `render` fills a
 template. Everything here is deterministic: the same inputs give the same prompt text (snapshot-tested).
+
+Text a candidate controls (the judge's messages, compiler output, a kernel's stderr quoted in them) reaches a
+template only as a `ksearch.llm.untrusted.Untrusted`, which the environment writes as a fenced block of data
+(`untrusted.finalize`) and refuses to format any other way; the system prompts say once what such a block is
+(``prompts/_untrusted.j2``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 import jinja2
 
 from ksearch.errors import ConfigError, HardwareError, KnowledgeError, TaskError
+from ksearch.llm import untrusted
 from ksearch.search.strategy import SearchState, StrategyConfig, cooling
 from ksearch.search.worldmodel import PASSING, ROOT_ID, Node, NodeStatus, Tree
 
@@ -96,7 +102,10 @@ def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(PROMPTS_DIR)), undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False, autoescape=False,
+        finalize=untrusted.finalize,
     )
+    env.globals["quoted"] = {"open": untrusted.OPEN_MARK, "close": untrusted.CLOSE_MARK,
+                             "prefix": untrusted.LINE_PREFIX, "digits": untrusted.ID_DIGITS}
     env.filters["g"] = _g
     env.filters["json"] = lambda v: json.dumps(v, ensure_ascii=False, sort_keys=True)
     return env
