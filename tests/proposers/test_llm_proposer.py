@@ -217,7 +217,8 @@ def test_refine_after_a_failure_uses_the_failure_prompt_with_the_evidence():
     call = client.calls[0]
     assert call["purpose"] == "plan:failure" and call["node_id"] == "exp-poly"
     user = call["messages"][-1].content
-    assert "What happened: INCORRECT_NUMERICAL: odd: out beyond tolerance" in user
+    assert "What happened: INCORRECT_NUMERICAL\n<<<UNTRUSTED " in user
+    assert ": the judge's message, which can quote the kernel's stderr and errors>>>\n| odd: out beyond tolerance\n" in user
     assert "Failing workload: odd (batch=1 dim=37 dstate=5 seqlen=333)" in user
     assert "max abs error 0.37, max rel error 0.021 (tolerance float32: rtol 0.0006, atol 0.002)" in user
     assert '`{"retry_of": "exp-poly"}`' in user and "downscore" in user and "delete" in user
@@ -299,8 +300,9 @@ def test_code_debug_for_a_retry_with_the_failure_details():
     cand = p.propose(tree, "retry", Candidate(target="cpu", sources={"kernel.c": "/* rows */"}))
     assert cand.meta["mode"] == "debug" and coder.calls[0]["purpose"] == "code:debug"
     user = coder.last_user()
-    assert "The last attempt (exp-poly) failed: COMPILE_ERROR: compile failed" in user
-    assert "kernel.c:3:5: error: 'h' undeclared" in user and "more characters)" in user
+    assert "The last attempt (exp-poly) failed: COMPILE_ERROR\n<<<UNTRUSTED " in user and "| compile failed\n" in user
+    assert ": compiler output>>>\n| kernel.c:3:5: error: 'h' undeclared\n" in user
+    assert "| [... 1,043 of 5,036 characters not shown ...]\n" in user
     assert "/* poly, broken */" in user
 
 
@@ -313,7 +315,8 @@ def test_code_debug_with_numerical_error_size():
     p.propose(tree, "exp-poly", None)  # the node itself failed: a later attempt at it debugs its kernel
     user = coder.last_user()
     assert coder.calls[0]["purpose"] == "code:debug"
-    assert "odd (batch=1 dim=37 dstate=5 seqlen=333): INCORRECT_NUMERICAL: out: 17 of 12321" in user
+    assert "odd (batch=1 dim=37 dstate=5 seqlen=333): INCORRECT_NUMERICAL; max abs error" in user
+    assert "can quote the kernel's errors>>>\n| out: 17 of 12321 elements beyond tolerance\n" in user
     assert "max abs error 0.37, max rel error 0.021" in user
 
 
@@ -343,7 +346,8 @@ def test_a_retry_of_an_attempt_that_left_no_kernel_starts_from_the_parent():
     cand = p.propose(tree, "retry", Candidate(target="cpu", sources={"kernel.c": "/* rows */\n"}))
     assert cand.meta["mode"] == "first" and coder.calls[1]["purpose"] == "code:first"
     user = coder.last_user()
-    assert "A previous attempt at this step (exp-poly) failed: COMPILE_ERROR: truncated reply" in user
+    assert "A previous attempt at this step (exp-poly) failed: COMPILE_ERROR\n<<<UNTRUSTED " in user
+    assert ": why the coder's reply held no kernel>>>\n| truncated reply" in user
     assert "/* rows */" in user
 
 

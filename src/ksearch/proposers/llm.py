@@ -31,6 +31,11 @@ attempt" is a retry node the planner inserts after a failure (``plan:failure``),
 failed node's kernel. The failed kernel and its evaluation come from ``evidence`` (the run's store: anything
 with ``candidate(id)`` and ``evaluation_of(id)``) or from the candidates this proposer made in this process.
 
+Everything of an evaluation a candidate can influence (the judge's message, each workload's message, the
+compile log; they quote the kernel's stderr, its exceptions and its source lines) and the reason a coder's reply
+held no kernel go into prompts only as `ksearch.llm.untrusted.Untrusted` (bounded, cleaned, fenced as data).
+Status names, workload names and numbers are the judge's own and are shown as they are.
+
 LLM errors (LLMBudgetExhausted, LLMUnavailable, LLMError) propagate: the controller stops the run cleanly.
 A coder reply without a usable kernel raises KnowledgeError (the controller records the node as failed with
 the message).
@@ -39,12 +44,14 @@ the message).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
 from ksearch.errors import ConfigError, KnowledgeError, TaskError
 from ksearch.eval.records import Candidate, Evaluation, Status
 from ksearch.llm import context as ctx
+from ksearch.llm import untrusted
 from ksearch.llm.base import LLMReply, Message, is_truncated
 from ksearch.llm.parse import SOURCE_LANGS, Edit, ReplyError, check_edits, extract_code, extract_json_array
 from ksearch.search.edits import Delete, Insert, Split, Update, apply
@@ -54,8 +61,6 @@ from ksearch.search.worldmodel import ROOT_ID, Node, NodeStatus, Tree
 #: largest payload (characters of JSON) of an inserted or updated node; the root's analysis may take more
 PAYLOAD_CHARS = 1200
 ROOT_PAYLOAD_CHARS = 4000
-#: longest compile log shown to the coder (characters; the head, where compilers put the first error)
-LOG_CHARS = 3000
 
 _LANG = {".c": "c", ".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".cu": "cuda", ".cuh": "cuda", ".py": "python",
          ".metal": "metal"}
@@ -69,7 +74,8 @@ def _code_blocks(sources: dict[str, str], launch: dict | None) -> list[dict[str,
     for name in sorted(sources):
         body = sources[name]
         lang = _LANG.get(name[name.rfind("."):], "")
-        fence = "````" if "```" in body else "```"
+        longest = max((len(run) for run in re.findall(r"`{3,}", body)), default=0)
+        fence = "`" * max(3, longest + 1)  # longer than any run of backticks in the body: the body cannot close it
         out.append({"lang": lang, "name": name, "body": body.rstrip("\n"), "fence": fence})
     if launch:
         body = yaml.safe_dump(launch, sort_keys=False, default_flow_style=None).rstrip("\n")
@@ -384,26 +390,29 @@ class LLMProposer:
         return cand, ev
 
     def _failure(self, tree: Tree, node: Node) -> dict[str, Any]:
-        """What is known of a failed node's attempt: status, message, compile log, the failing workload with its
-        error size, and its code (None when the attempt left no kernel or it cannot be found)."""
+        """What is known of a failed node's attempt: status, the judge's message, the compile log, the failing
+        workload with its message and error size, and its code (None when the attempt left no kernel or it
+        cannot be found). The messages and the log are `untrusted.Untrusted` (the candidate can write into
+        them); ``note`` is the proposer's own remark, plain text."""
         summary = node.evaluation
         cand, ev = self._lookup(node.candidate_id)
-        out: dict[str, Any] = {"id": node.id, "status": summary.status if summary else "?", "message": "",
-                               "log": "", "workload": None, "code": None}
+        out: dict[str, Any] = {"id": node.id, "status": summary.status if summary else "?", "note": "",
+                               "message": None, "log": None, "workload": None, "code": None}
         if node.candidate_id is None:
-            out["message"] = self._no_kernel.get(node.id, "the coder's reply held no usable kernel")
+            why = self._no_kernel.get(node.id)
+            if why:
+                out["message"] = untrusted.Untrusted.of(why, untrusted.NO_KERNEL)
+            else:
+                out["note"] = "the coder's reply held no usable kernel"
         if cand is not None:
             out["code"] = _code_blocks(cand.sources, cand.launch)
         if ev is None:
-            if node.candidate_id is not None and not out["message"]:
-                out["message"] = "(the evaluation's messages are not available to this proposer)"
+            if node.candidate_id is not None:
+                out["note"] = "the evaluation's messages are not available to this proposer"
             return out
         out["status"] = ev.status.value
-        out["message"] = ev.message
-        log = ev.compile_log or ""
-        if len(log) > LOG_CHARS:
-            log = log[:LOG_CHARS] + f"\n... ({len(log) - LOG_CHARS} more characters)"
-        out["log"] = log.rstrip("\n")
+        out["message"] = untrusted.Untrusted.of(ev.message, untrusted.JUDGE)
+        out["log"] = untrusted.Untrusted.of(ev.compile_log, untrusted.COMPILER)
         bad = next((r for r in ev.workloads if r.status not in (Status.PASSED, Status.SKIPPED)), None)
         if bad is not None:
             try:
@@ -412,7 +421,8 @@ class LLMProposer:
                 axes = ""
             tol = [f"{t['dtype']}: rtol {t['rtol']}, atol {t['atol']}" for t in self._static["task"]["tolerance"]]
             out["workload"] = {
-                "name": bad.workload, "axes": axes, "status": bad.status.value, "message": bad.message,
+                "name": bad.workload, "axes": axes, "status": bad.status.value,
+                "message": untrusted.Untrusted.of(bad.message, untrusted.WORKLOAD),
                 "max_abs_err": ctx._g(bad.max_abs_err) if bad.max_abs_err is not None else "",
                 "max_rel_err": ctx._g(bad.max_rel_err) if bad.max_rel_err is not None else "",
                 "tolerance": "; ".join(tol),
