@@ -51,6 +51,8 @@ def facts_table(spec: HardwareSpec) -> Table:
     if spec.max_threads_per_block:
         table.add_row("max threads / block", str(spec.max_threads_per_block))
     table.add_row("source", spec.source)
+    if spec.provisional:
+        table.add_row("provisional", f"not cached, measured again by the next process: {spec.provisional}")
     return table
 
 
@@ -63,13 +65,19 @@ def ceilings_table(spec: HardwareSpec) -> Table:
     rows += [(f"peak_flops.{dtype}", rate / 1e9, "GFLOP/s") for dtype, rate in spec.peak_flops.items()]
     if spec.exp_rate_per_s:
         rows.append(("exp_rate_per_s", spec.exp_rate_per_s / 1e9, "Gexp/s"))
+    rows += [(f"cache_bandwidth_gbs.{k}", c.gbs, "GB/s") for k, c in spec.cache_bandwidth_gbs.items()]
     for key, value, unit in rows:
         m = spec.measured.get(key)
         if m is None:
             table.add_row(key, f"{value:.1f} {unit}", "", spec.source_of(key))
             continue
         median = m.median * value / m.best
-        how = f"{m.probe}, {m.threads} threads, {m.repeats} repeats"
+        how = f"{m.probe}, {m.threads} threads, {m.repeats} repeats in {m.runs} run(s)"
+        if m.busy_cores is not None:
+            how += f", others' load {m.busy_cores:.2f} cores"
+        level = spec.cache_bandwidth_gbs.get(key.split(".", 1)[1]) if key.startswith("cache_bandwidth") else None
+        if level is not None:
+            how += f", for working sets up to {_size(level.capacity_bytes)} x FIT_SLACK"
         if m.bytes:
             how += f", {m.bytes / 1e6:.0f} MB" if m.bytes >= 1e6 else f", {_size(m.bytes)}"
         how += f"; {' '.join(m.compile_flags)}" + (f"\n{m.notes}" if m.notes else "")

@@ -82,8 +82,7 @@ def test_tree_ticks_finds_descendants_and_session_members(tmp_path, children):
 def test_detached_loops_on_every_core_count_as_others():
     with detached_loops() as pids:
         reading, theirs = _window(pids)
-    n = reading.usable_cores
-    assert theirs > 0.5 * n, f"the loops ran {theirs:.2f} cores, too little to test with"
+    assert theirs > 0.6, f"the loops ran {theirs:.2f} cores, too little to test with"
     assert reading.busy_cores >= 0.85 * theirs - 0.1, (reading, theirs)
     assert reading.ours_cores < 0.2, reading
     assert reading.busy
@@ -93,7 +92,7 @@ def test_detached_loops_on_every_core_count_as_others():
 def test_our_busy_children_and_grandchild_are_not_others():
     with own_loops() as pids:
         reading, theirs = _window(pids)
-    assert theirs > 0.5 * reading.usable_cores, f"the loops ran {theirs:.2f} cores, too little to test with"
+    assert theirs > 0.3, f"the loops ran {theirs:.2f} cores, too little to test with"
     assert reading.ours_cores >= 0.9 * theirs - 0.1, (reading, theirs)
     # what is left for others is at most what the machine did besides our loops
     assert reading.busy_cores <= reading.machine_busy_cores - 0.9 * theirs + 0.1, (reading, theirs)

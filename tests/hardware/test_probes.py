@@ -52,6 +52,14 @@ def test_real_probes_are_positive_and_plausible():
     for key in ("memory_bandwidth_gbs", "peak_flops.float32", "exp_rate_per_s"):
         m = spec.measured[key]
         assert m.median <= m.best * 1.0001 and m.repeats >= 3 and m.threads >= 1
+        assert m.runs >= 3 and m.busy_cores is not None  # best of interleaved runs, each metered
+    assert spec.measured["exp_rate_per_s"].vectorized is not None
+    for name, level in spec.cache_bandwidth_gbs.items():  # one per data cache level sysfs or lscpu reports
+        m = spec.measured[f"cache_bandwidth_gbs.{name}"]
+        assert level.gbs == m.best > 0 and level.working_set_bytes <= level.capacity_bytes
+        assert m.probe.startswith("cachebw_")
+    if detect_cpu().caches:
+        assert spec.cache_bandwidth_gbs
     assert spec.measured["memory_bandwidth_gbs"].bytes >= 250 * 10**6
     assert "-ffast-math" not in spec.measured["peak_flops.float32"].compile_flags
     exp = spec.measured["exp_rate_per_s"]
@@ -146,3 +154,14 @@ def test_probe_version_is_in_the_fingerprint(monkeypatch):
     before = local.local_fingerprint(info, "gcc 12")
     monkeypatch.setattr(local, "PROBE_VERSION", probes.PROBE_VERSION + 1)
     assert local.local_fingerprint(info, "gcc 12") != before
+
+
+@needs_cc
+def test_bandwidth_probes_report_read_copy_and_triad(tmp_path):
+    cc = probes.find_compiler()
+    for probe, args in (("stream", [str(8 * 10**6), "0.01"]), ("cachebw", ["24576", "0.01"])):
+        r = probes.run_probe(probes.compile_probe(probe, tmp_path, cc), args, threads=1, timeout_s=30)
+        for k in ("read", "copy", "triad"):
+            assert r[f"{k}_best_gbs"] >= r[f"{k}_median_gbs"] > 0, (probe, r)
+    m = probes._bandwidth(r, "cachebw", 24576, 1)
+    assert m.best == max(r["read_best_gbs"], r["copy_best_gbs"], r["triad_best_gbs"]) and m.median <= m.best

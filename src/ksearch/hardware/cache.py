@@ -1,4 +1,9 @@
-"""On-disk cache of the measured local spec: $KSEARCH_HOME/hardware/<fingerprint>.json."""
+"""On-disk cache of the measured local spec: $KSEARCH_HOME/hardware/<fingerprint>.json.
+
+Only trusted specs are cached: a provisional one (probed under load, or with an implausible figure; see
+`ksearch.hardware.local`) is kept in this process only, and the next process probes again. A cached file whose
+figures have become implausible (written by an older ksearch) is a miss.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,12 @@ from ksearch import config
 from ksearch.errors import HardwareError
 from ksearch.hardware.cpu import detect_cpu
 from ksearch.hardware.local import local_fingerprint, measure_local_spec
+from ksearch.hardware.plausible import implausible
 from ksearch.hardware.probes import compiler_version, find_compiler
 from ksearch.hardware.spec import HardwareSpec
+
+# Provisional specs measured by this process: (hardware dir, fingerprint) -> spec. Never written to disk.
+_provisional: dict[tuple[str, str], HardwareSpec] = {}
 
 
 def home_dir() -> Path:
@@ -31,9 +40,12 @@ def spec_path(fingerprint: str) -> Path:
 
 
 def save_spec(spec: HardwareSpec) -> Path:
-    """Write `spec` atomically under its fingerprint; returns the file. Raises HardwareError without one."""
+    """Write `spec` atomically under its fingerprint; returns the file. Raises HardwareError without a
+    fingerprint or when the spec is provisional (it must not outlive this process)."""
     if not spec.fingerprint:
         raise HardwareError(f"spec {spec.name!r} has no fingerprint to be cached under")
+    if spec.provisional:
+        raise HardwareError(f"spec {spec.name!r} is provisional and is not cached: {spec.provisional}")
     path = spec_path(spec.fingerprint)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -43,12 +55,16 @@ def save_spec(spec: HardwareSpec) -> Path:
 
 
 def load_spec(fingerprint: str) -> HardwareSpec | None:
-    """The cached spec with this fingerprint, or None when absent or unreadable (it is then re-measured)."""
+    """The cached spec with this fingerprint, or None when absent, unreadable, provisional or implausible (it is
+    then re-measured). Specs cached before the load meter (no `provisional`, no cache levels) load as they are."""
     path = spec_path(fingerprint)
     try:
-        return HardwareSpec.model_validate_json(path.read_text())
+        spec = HardwareSpec.model_validate_json(path.read_text())
     except (OSError, ValueError, ValidationError):
         return None
+    if spec.provisional or implausible(spec):
+        return None
+    return spec
 
 
 def current_fingerprint() -> str:
@@ -62,18 +78,37 @@ def cached_local_spec() -> HardwareSpec | None:
 
 
 def load_or_measure(refresh: bool = False, *, seconds_per_probe: float = 0.5) -> HardwareSpec:
-    """The local spec from the cache, or measured (and cached) when absent or `refresh` is set.
+    """The local spec from the cache, or measured when absent or `refresh` is set: cached when trusted, else
+    kept for this process only (provisional: see `HardwareSpec.provisional`) and measured again by the next.
 
     Raises HardwareError when the compiler is missing or a probe fails or times out.
     """
     info, cc = detect_cpu(), find_compiler()
+    fingerprint = local_fingerprint(info, compiler_version(cc))
     if not refresh:
-        spec = load_spec(local_fingerprint(info, compiler_version(cc)))
+        spec = load_spec(fingerprint) or provisional_spec(fingerprint)
         if spec is not None:
             return spec
-    spec = measure_local_spec(info=info, cc=cc, seconds_per_probe=seconds_per_probe)
-    save_spec(spec)
+    return remember(measure_local_spec(info=info, cc=cc, seconds_per_probe=seconds_per_probe))
+
+
+def remember(spec: HardwareSpec) -> HardwareSpec:
+    """Keep a measured `spec` (with a fingerprint) as this machine's: saved when trusted, else (provisional) kept
+    for this process only, where `provisional_spec` finds it. Returns `spec`."""
+    if not spec.fingerprint:
+        return spec
+    memo = (str(hardware_dir()), spec.fingerprint)
+    if spec.provisional:
+        _provisional[memo] = spec
+    else:
+        _provisional.pop(memo, None)
+        save_spec(spec)
     return spec
+
+
+def provisional_spec(fingerprint: str) -> HardwareSpec | None:
+    """The provisional spec this process measured under `fingerprint` (see `remember`), or None."""
+    return _provisional.get((str(hardware_dir()), fingerprint))
 
 
 def spec_for_target(target: str) -> HardwareSpec:
@@ -115,3 +150,39 @@ def _mlx_catalog_spec(what: str) -> HardwareSpec:
         raise HardwareError(f"the {what} {name!r} is not in the hardware catalog (`ksearch hardware list`); "
                             f"close: {catalog.close_matches(name)}")
     return catalog.to_spec(entry.name)
+
+
+_GPU_TARGETS = ("cuda", "triton", "mlx-cuda", "mlx-metal")  # the targets `spec_for_target` gives a GPU spec
+
+
+def spec_for_run(target: str, stored: dict | None) -> HardwareSpec:
+    """The spec a run measures against: the one it stored (``stored``, `Store.hardware()`) when that is a valid,
+    trusted (not provisional), plausible spec of this machine's device, so that a resumed run keeps the figures
+    it started with; else a fresh `spec_for_target(target)`. Raises as `spec_for_target` does."""
+    if stored:
+        try:
+            spec = HardwareSpec.model_validate(stored)
+        except ValidationError:
+            spec = None
+        if spec is not None and not spec.provisional and not implausible(spec) and _same_device(target, spec):
+            return spec
+    return spec_for_target(target)
+
+
+def _same_device(target: str, spec: HardwareSpec) -> bool:
+    """Whether `spec` describes the device `target` runs on here: the CPU's model, cores and threads; a measured
+    GPU's name and SM count. A catalog spec (no measurement) answers False: looking it up again costs nothing."""
+    if (spec.kind == "gpu") != (target in _GPU_TARGETS):
+        return False
+    if spec.kind == "cpu":
+        info = detect_cpu()
+        return (spec.model, spec.cores, spec.threads) == (info.model, info.cores, info.threads)
+    if not (spec.fingerprint or "").startswith("gpu-"):
+        return False
+    try:
+        from ksearch.hardware.gpu import gpu_facts
+
+        facts = gpu_facts()
+    except HardwareError:
+        return False
+    return (spec.model, spec.cores) == (facts["name"], facts["sms"])

@@ -61,8 +61,8 @@ class LoadReading:
 
     @property
     def threshold_cores(self) -> float:
-        """Cores of others' work above which the reading is busy: max(BUSY_MIN_CORES, BUSY_FRACTION x usable)."""
-        return max(BUSY_MIN_CORES, BUSY_FRACTION * self.usable_cores)
+        """Cores of others' work above which the reading is busy: `busy_threshold(usable_cores)`."""
+        return busy_threshold(self.usable_cores)
 
     @property
     def busy(self) -> bool:
@@ -75,6 +75,12 @@ class LoadReading:
         text = (f"others used {self.busy_cores:.2f} of {self.usable_cores} cores over {self.window_s:.2f} s "
                 f"({state}; load average {self.loadavg_1m:.2f})")
         return f"{text}; {self.note}" if self.note else text
+
+
+def busy_threshold(usable_cores: int) -> float:
+    """Cores of others' work above which a machine with `usable_cores` is busy:
+    max(BUSY_MIN_CORES, BUSY_FRACTION x usable_cores)."""
+    return max(BUSY_MIN_CORES, BUSY_FRACTION * usable_cores)
 
 
 def usable_cpus() -> list[int]:

@@ -1,4 +1,10 @@
-"""The spec of the local CPU: detected facts plus ceilings measured by the probes."""
+"""The spec of the local CPU: detected facts plus ceilings measured by the probes, and whether it may be cached.
+
+A spec is *provisional* (`HardwareSpec.provisional` says why; `ksearch.hardware.cache` does not save it) when
+every run of some probe ran while other processes used more than the load meter's busy threshold
+(`ksearch.hardware.load.busy_threshold`), or when a figure falls outside its plausible range
+(`ksearch.hardware.plausible`).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,12 @@ import hashlib
 import json
 import re
 
+from ksearch.hardware.ceilings import cache_plan, measure_ceilings
 from ksearch.hardware.cpu import CpuInfo, detect_cpu
-from ksearch.hardware.probes import PROBE_VERSION, compiler_version, find_compiler, measure_ceilings
-from ksearch.hardware.spec import HardwareSpec
+from ksearch.hardware.load import busy_threshold
+from ksearch.hardware.plausible import implausible
+from ksearch.hardware.probes import PROBE_VERSION, compiler_version, find_compiler
+from ksearch.hardware.spec import CacheBandwidth, HardwareSpec, Measurement
 
 
 def local_fingerprint(info: CpuInfo, compiler: str) -> str:
@@ -27,7 +36,8 @@ def local_name(info: CpuInfo) -> str:
 def measure_local_spec(
     *, info: CpuInfo | None = None, cc: list[str] | None = None, seconds_per_probe: float = 0.5
 ) -> HardwareSpec:
-    """Detect the local CPU and measure its ceilings (about 3 x `seconds_per_probe` s plus compiles).
+    """Detect the local CPU and measure its ceilings (about 3 x `seconds_per_probe` s plus compiles and the cache
+    levels' runs); the spec is provisional when the probes ran under load or a figure is implausible.
 
     Raises HardwareError when the compiler is missing or a probe fails or times out.
     """
@@ -36,7 +46,15 @@ def measure_local_spec(
     version = compiler_version(cc)
     measured = measure_ceilings(info, seconds_per_probe=seconds_per_probe, cc=cc)
     today = dt.datetime.now(dt.timezone.utc).date().isoformat()
-    return HardwareSpec(
+    threads = next(iter(measured.values())).threads
+    levels = {}
+    for plan in cache_plan(info, threads):
+        m = measured.get(plan.key)
+        if m is not None:
+            levels[plan.key.split(".", 1)[1]] = CacheBandwidth(level=plan.level, gbs=m.best,
+                                                               working_set_bytes=m.bytes or 1,
+                                                               capacity_bytes=plan.capacity_bytes)
+    spec = HardwareSpec(
         name=local_name(info),
         kind="cpu",
         vendor=info.vendor,
@@ -50,8 +68,24 @@ def measure_local_spec(
         memory_bandwidth_gbs=measured["memory_bandwidth_gbs"].best,
         peak_flops={"float32": measured["peak_flops.float32"].best},
         exp_rate_per_s=measured["exp_rate_per_s"].best,
+        cache_bandwidth_gbs=levels,
         source=f"measured on this machine by ksearch probes {today} ({version})",
         sources={f: "detected from /proc/cpuinfo, sysfs or lscpu" for f in ("model", "cores", "simd_isa", "caches")},
         measured=measured,
         fingerprint=local_fingerprint(info, version),
     )
+    return spec.model_copy(update={"provisional": provisional_reason(spec)})
+
+
+def under_load(measured: dict[str, Measurement]) -> list[str]:
+    """One line per metered measurement whose every run was busy (its quietest run's `busy_cores` above
+    `busy_threshold` of its threads)."""
+    return [f"{key} probed under load (others used {m.busy_cores:.2f} cores during the quietest of {m.runs} runs, "
+            f"threshold {busy_threshold(m.threads):.2f})"
+            for key, m in measured.items() if m.busy_cores is not None and m.busy_cores > busy_threshold(m.threads)]
+
+
+def provisional_reason(spec: HardwareSpec) -> str | None:
+    """Why `spec` must not be cached (probed under load, implausible figures), or None."""
+    reasons = under_load(spec.measured) + implausible(spec)
+    return "; ".join(reasons) or None

@@ -1,8 +1,11 @@
 """Measured ceilings of the local CPU: small C probes compiled with the system compiler and run as subprocesses.
 
 Probes (sources in `probe_src/`, package data), each run on all threads with OpenMP, best of several repeats:
-- `stream.c`: STREAM-like copy and triad over float64 arrays of max(4 x LLC, 256 MB) in total -> GB/s
-  (bytes read + written, no write-allocate traffic counted), after McCalpin's STREAM.
+- `stream.c`: STREAM-like copy, triad and read (a sum) over float64 arrays of max(4 x LLC, 256 MB) in total -> GB/s
+  (bytes read + written, no write-allocate traffic counted), after McCalpin's STREAM; the fastest kernel is the
+  ceiling (a mostly-reading kernel can reach the read rate).
+- `cachebw.c`: the same three kernels over arrays private to each thread and small enough to stay in one cache
+  level, repeated inside one parallel region -> GB/s of that level.
 - `fma.c`: 12 independent FP32 vector FMA chains per thread held in registers -> FLOP/s (an FMA counts 2 FLOP).
 - `exp.c`: exp over an L1-resident array, built with -ffast-math -> exp/s, the faster of two variants timed
   alternately: expf vectorized through glibc's libmvec, and a polynomial exp2f as fast generated kernels write it
@@ -10,6 +13,7 @@ Probes (sources in `probe_src/`, package data), each run on all threads with Ope
   the probe's own check against exp2 in double finds it accurate to POLY_MAX_REL_ERR over [-126, 126]. The
   polynomial loop's vectorization is checked in its disassembly (objdump), libmvec's by its _ZGV symbol; both loops
   are also timed with vectorization off.
+This module runs one probe once; `ksearch.hardware.ceilings` repeats them interleaved under a load meter.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import tempfile
 from importlib.resources import files
 from pathlib import Path
 
@@ -29,12 +32,13 @@ from ksearch.errors import HardwareError
 from ksearch.hardware.cpu import CpuInfo
 from ksearch.hardware.spec import Measurement
 
-PROBE_VERSION = 2  # bump when a probe changes what it measures: it invalidates cached specs
+PROBE_VERSION = 3  # 3: stream read kernel, cache levels, best of interleaved runs. Bump when a probe changes what it measures: it invalidates cached specs
 BASE_FLAGS = ["-O3", "-march=native", "-fopenmp"]
 PROBE_FLAGS = {  # probe -> extra compile flags (-ffast-math only where the number depends on it)
     "stream": [],
     "fma": ["-ffp-contract=fast"],
     "exp": ["-ffast-math"],
+    "cachebw": [],
 }
 MIN_STREAM_BYTES = 256 * 10**6
 COMPILE_TIMEOUT_S = 60.0
@@ -72,7 +76,8 @@ def compile_flags(probe: str) -> list[str]:
 
 
 def compile_probe(probe: str, out_dir: Path, cc: list[str]) -> Path:
-    """Compile probe `probe` into `out_dir` and return the executable. Raises HardwareError if the build fails."""
+    """Compile probe `probe` ('stream', 'fma', 'exp' or 'cachebw') into `out_dir` and return the executable.
+    Raises HardwareError if the build fails."""
     if probe not in PROBE_FLAGS:
         raise HardwareError(f"unknown probe {probe!r}; known: {sorted(PROBE_FLAGS)}")
     src_dir = files("ksearch.hardware") / "probe_src"
@@ -141,21 +146,34 @@ def _positive(result: dict, key: str, probe: str) -> float:
 def _measure_stream(exe: Path, info: CpuInfo, threads: int, seconds: float, timeout_s: float) -> Measurement:
     nbytes = stream_bytes(info)
     r = run_probe(exe, [str(nbytes), str(seconds)], threads, timeout_s)
-    copy, triad = _positive(r, "copy_best_gbs", "stream"), _positive(r, "triad_best_gbs", "stream")
-    kernel = "copy" if copy > triad else "triad"
+    return _bandwidth(r, "stream", int(r.get("bytes", nbytes)), threads)
+
+
+def _measure_cache(exe: Path, per_thread_bytes: int, threads: int, seconds: float, timeout_s: float) -> Measurement:
+    """One run of the cache probe over `per_thread_bytes` per thread (see cachebw.c)."""
+    r = run_probe(exe, [str(per_thread_bytes), str(seconds)], threads, timeout_s)
+    return _bandwidth(r, "cachebw", int(r.get("bytes", per_thread_bytes * threads)), threads)
+
+
+def _bandwidth(r: dict, probe: str, nbytes: int, threads: int) -> Measurement:
+    """The fastest of the copy, triad and read kernels of a bandwidth probe's output `r`."""
+    rates = {k: _positive(r, f"{k}_best_gbs", probe) for k in ("copy", "triad", "read") if f"{k}_best_gbs" in r}
+    if not rates:
+        raise HardwareError(f"probe {probe!r} reported no bandwidth: {r!r}")
+    kernel = max(rates, key=rates.__getitem__)
+    per = {"copy": 16, "triad": 24, "read": 8}
+    listed = ", ".join(f"{k} best {v:.1f} GB/s ({per[k]} B/elem)" for k, v in rates.items())
+    where = "arrays private to each thread" if probe == "cachebw" else "float64 arrays shared by the threads"
     return Measurement(
-        probe=f"stream_{kernel}",
+        probe=f"{probe}_{kernel}",
         unit="GB/s",
-        best=max(copy, triad),
-        median=_positive(r, f"{kernel}_median_gbs", "stream"),
+        best=rates[kernel],
+        median=min(_positive(r, f"{kernel}_median_gbs", probe), rates[kernel]),
         threads=int(r.get("threads", threads)),
         repeats=int(r.get("repeats", 1)),
-        bytes=int(r.get("bytes", nbytes)),
-        compile_flags=compile_flags("stream"),
-        notes=(
-            f"float64 arrays; copy best {copy:.1f} GB/s (16 B/elem), triad best {triad:.1f} GB/s (24 B/elem); "
-            "the higher is the ceiling; bytes read + written, write-allocate not counted"
-        ),
+        bytes=nbytes,
+        compile_flags=compile_flags(probe),
+        notes=f"{where}; {listed}; the highest is the ceiling; bytes read + written, write-allocate not counted",
     )
 
 
@@ -230,6 +248,7 @@ def _measure_exp(exe: Path, threads: int, seconds: float, timeout_s: float) -> M
     poly_ok, poly_how = _poly_notes(r, exe)
     poly_wins = poly_ok and poly_best > lib_best
     key = "poly" if poly_wins else "libmvec"
+    vectorized = ("NOT vectorized" not in poly_how) if poly_wins else lib_how.startswith("vectorized")
     n = int(r.get("n", 2048))
     return Measurement(
         probe="exp2f_poly" if poly_wins else "expf_libmvec",
@@ -240,6 +259,7 @@ def _measure_exp(exe: Path, threads: int, seconds: float, timeout_s: float) -> M
         repeats=int(r.get(f"{key}_repeats", 1)),
         bytes=2 * 4 * n * threads,
         compile_flags=compile_flags("exp"),
+        vectorized=vectorized,
         notes=(
             f"faster of two, timed alternately: {'polynomial exp2f' if poly_wins else 'libmvec expf'} won. "
             f"Polynomial exp2f (degree 6, Cody-Waite, 2^n via exponent bits): best {poly_best:.4g} exp/s, "
@@ -247,29 +267,3 @@ def _measure_exp(exe: Path, threads: int, seconds: float, timeout_s: float) -> M
             f"scalar loop. {n} floats per thread, L1-resident"
         ),
     )
-
-
-def measure_ceilings(
-    info: CpuInfo,
-    *,
-    seconds_per_probe: float = 0.5,
-    threads: int | None = None,
-    cc: list[str] | None = None,
-    timeout_s: float = 60.0,
-) -> dict[str, Measurement]:
-    """Compile and run the three probes; returns measurements keyed like `HardwareSpec.measured`.
-
-    Keys: 'memory_bandwidth_gbs' (GB/s), 'peak_flops.float32' (FLOP/s), 'exp_rate_per_s' (exp/s).
-    `seconds_per_probe` is the timed budget of each probe (compile and allocation come on top);
-    `threads` defaults to the CPUs this process may run on. Raises HardwareError when a build or probe fails.
-    """
-    cc = cc or find_compiler()
-    if threads is None:
-        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else info.threads
-    with tempfile.TemporaryDirectory(prefix="ksearch-probes-") as tmp:
-        exes = {probe: compile_probe(probe, Path(tmp), cc) for probe in PROBE_FLAGS}
-        return {
-            "memory_bandwidth_gbs": _measure_stream(exes["stream"], info, threads, seconds_per_probe, timeout_s),
-            "peak_flops.float32": _measure_fma(exes["fma"], threads, seconds_per_probe, timeout_s),
-            "exp_rate_per_s": _measure_exp(exes["exp"], threads, seconds_per_probe, timeout_s),
-        }

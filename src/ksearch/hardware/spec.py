@@ -42,6 +42,27 @@ class Measurement(BaseModel):
     bytes: int | None = Field(default=None, ge=0, description="working set of the probe in bytes, all threads")
     compile_flags: list[str] = Field(default_factory=list)
     notes: str = Field(default="", description="anything else needed to read the number (vectorized, ...)")
+    runs: int = Field(default=1, ge=1, description="separate probe processes (interleaved with the other probes) "
+                                                    "whose best is `best`")
+    busy_cores: float | None = Field(default=None, ge=0, description=(
+        "cores of other processes' work during the quietest of the runs (ksearch.hardware.load); None: not "
+        "metered (a GPU probe, or a spec older than the meter)"))
+    vectorized: bool | None = Field(default=None, description="the timed loop ran on SIMD lanes (exp probe); "
+                                                               "None: not applicable or unknown")
+
+
+class CacheBandwidth(BaseModel):
+    """Measured bandwidth of working sets that fit one cache level, all usable cores streaming their own arrays."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    level: int = Field(ge=1, description="1 for L1, 2 for L2, ...")
+    gbs: float = Field(gt=0, description="best bandwidth, GB/s (1e9 bytes/s, read + written)")
+    working_set_bytes: int = Field(gt=0, description="bytes the probe streamed over, all threads together")
+    capacity_bytes: int = Field(gt=0, description=(
+        "capacity of the level across the cores a kernel may use (per-core size x usable cores for a private "
+        "level, size x instances for a shared one), bytes; a working set up to roofline.FIT_SLACK x this gets "
+        "this bandwidth"))
 
 
 def last_level_cache_bytes(caches: list[CacheLevel]) -> int | None:
@@ -84,6 +105,11 @@ class HardwareSpec(BaseModel):
         default_factory=dict, description="how each measured ceiling was measured, keyed like `sources`"
     )
     fingerprint: str | None = Field(default=None, description="cache key of a measured spec")
+    cache_bandwidth_gbs: dict[str, CacheBandwidth] = Field(default_factory=dict, description=(
+        "bandwidth of working sets that fit a cache level, keyed 'L1', 'L2', 'L3'; empty: main memory only"))
+    provisional: str | None = Field(default=None, description=(
+        "why this spec was not cached (probed under load, or a figure outside the plausible range): usable by "
+        "the process that measured it, probed again by the next one; None: a trusted measurement or a datasheet"))
 
     @model_validator(mode="after")
     def _check(self) -> HardwareSpec:
