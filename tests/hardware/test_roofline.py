@@ -119,9 +119,9 @@ def test_a_working_set_that_fits_a_cache_gets_its_bandwidth(tiny_spec):
 
 def test_roofline_takes_the_working_set_default_the_bytes_moved(tiny_spec):
     spec = _with_caches(tiny_spec)
-    small = roofline(1e5, 0, 0, spec)  # 100 kB moved and touched: L2
+    small = roofline(2e5, 0, 0, spec)  # 200 kB moved and touched: over 2 x L1, inside L2
     assert (small.memory_level, small.bandwidth_gbs) == ("L2", 200.0)
-    assert small.memory_s == pytest.approx(1e5 / 200e9) and small.floor_s == small.memory_s
+    assert small.memory_s == pytest.approx(2e5 / 200e9) and small.floor_s == small.memory_s
     big = roofline(1e5, 0, 0, spec, working_set_bytes=1e9)  # the same bytes out of a 1 GB working set: DRAM
     assert (big.memory_level, big.memory_s) == ("DRAM", pytest.approx(1e5 / 10e9))
     assert floor_s(1e5, 0, 0, spec, working_set_bytes=1e9) == pytest.approx(1e-5)
