@@ -18,7 +18,7 @@ from ksearch.errors import SearchError, StoreError, TaskError
 from ksearch.eval.baselines import BaselineNotForTarget, BaselineUnavailable, time_baseline
 from ksearch.eval.evaluator import EvalConfig, Evaluator
 from ksearch.eval.records import Evaluation, Status
-from ksearch.hardware.cache import spec_for_target
+from ksearch.hardware.cache import spec_for_run
 from ksearch.proposers.base import get_proposer
 from ksearch.report.summary import final_summary
 from ksearch.search.controller import Controller, RunConfig, environment, run_config
@@ -62,7 +62,10 @@ class Session:
                 raise TaskError(f"task {self.task.name!r} ({self.task.origin}) has no naive kernel for target "
                                 f"{cfg.target!r} (naive.{cfg.target}.<ext> beside its definition): a search "
                                 "measures every speedup against it")
-            self.hardware = spec_for_target(cfg.target)
+            stored = store.hardware()  # a resumed run keeps its spec (re-probed when provisional or not this device)
+            self.hardware = spec_for_run(cfg.target, stored)
+            if stored is not None and self.hardware.model_dump(mode="json") != stored:
+                store.set_hardware(self.hardware.model_dump(mode="json"))
             self.evaluator = Evaluator(self.task, cfg.target, self.hardware, Controller.eval_config(cfg),
                                        self.progress)
             self.proposer = get_proposer(cfg.proposer, self.task, cfg.target, self.hardware, cfg.llm, store,

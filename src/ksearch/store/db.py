@@ -203,6 +203,12 @@ class Store:
         with self.transaction() as db:
             db.execute("UPDATE runs SET config_json = ?, updated_at = ?", (json.dumps(config), _now()))
 
+    @_reads
+    def hardware(self) -> dict | None:
+        """The hardware spec the run measures against, as `set_hardware` stored it (None before it was set)."""
+        row = self.db.execute("SELECT hardware_json FROM runs").fetchone()
+        return json.loads(row[0]) if row and row[0] else None
+
     def set_hardware(self, hardware: dict) -> None:
         """Record the hardware spec the run measures against."""
         with self.transaction() as db:
