@@ -32,3 +32,22 @@ def tiny_spec() -> HardwareSpec:
 def ksearch_home(tmp_path, monkeypatch):
     monkeypatch.setenv("KSEARCH_HOME", str(tmp_path))
     return tmp_path
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch, ksearch_home):
+    """Install fake probes (tests/hardware/fakeprobes.py) with rates per probe (a list: one per run, else
+    fakeprobes.GOOD) and a load meter whose readings say others used `busy` cores; returns the probes' call log."""
+    from ksearch.hardware import cache, ceilings
+
+    from .fakeprobes import GOOD, FakeMeter, fake_probes
+
+    def install(rates: dict[str, list[float]] | None = None, busy: float = 0.0):
+        rates = {k: [v] for k, v in GOOD.items()} | (rates or {})
+        exes = fake_probes(tmp_path / "fake-probes", rates)
+        monkeypatch.setattr(ceilings, "built_probes", lambda names, cc: {n: exes[n] for n in names})
+        monkeypatch.setattr(ceilings, "LoadMeter", type("Meter", (FakeMeter,), {"busy": busy}))
+        monkeypatch.setattr(cache, "_provisional", {})
+        return tmp_path / "fake-probes" / "log"
+
+    return install
