@@ -5,7 +5,6 @@ from ksearch.hardware.ceilings import measure_ceilings
 from ksearch.hardware.cpu import CpuInfo, detect_cpu
 from ksearch.hardware.load import LoadMeter, LoadReading, measure_load
 from ksearch.hardware.local import measure_local_spec
-from ksearch.hardware.reprobe import reprobe
 from ksearch.hardware.roofline import Roofline, achieved_gbs, bound, floor_s, pct_of_floor, roofline
 from ksearch.hardware.spec import CacheBandwidth, CacheLevel, HardwareSpec, Measurement
 
@@ -30,7 +29,6 @@ __all__ = [
     "measure_load",
     "measure_local_spec",
     "pct_of_floor",
-    "reprobe",
     "roofline",
     "save_spec",
 ]
