@@ -54,3 +54,29 @@ def test_cache_dir_comes_from_config(tmp_path, monkeypatch):
     monkeypatch.setattr(config, "home_dir", lambda: tmp_path / "from-config")
     assert home_dir() == tmp_path / "from-config"
     assert spec_path("ab") == tmp_path / "from-config" / "hardware" / "ab.json"
+
+
+def _gpu(monkeypatch, tiny_spec, bandwidth):
+    from ksearch.hardware import gpu
+
+    facts = {"name": "NVIDIA H200", "cc": "90", "sms": 132, "driver": 1, "runtime": 1}
+    spec = tiny_spec.model_copy(update={"kind": "gpu", "model": "NVIDIA H200", "memory_bandwidth_gbs": bandwidth,
+                                        "peak_flops": {"float32": 6e13}, "exp_rate_per_s": 4e12,
+                                        "fingerprint": gpu.gpu_fingerprint(facts)})
+    monkeypatch.setattr(gpu, "gpu_facts", lambda: facts)
+    monkeypatch.setattr(gpu, "measure_gpu_spec", lambda: spec)
+    monkeypatch.setattr(cache, "_provisional", {})
+    return gpu, spec
+
+
+def test_a_gpu_spec_outside_its_datasheet_range_is_not_cached(ksearch_home, tiny_spec, monkeypatch):
+    gpu, spec = _gpu(monkeypatch, tiny_spec, bandwidth=50.0)  # an H200 streams ~4000 GB/s, not 50
+    got = gpu.load_or_measure_gpu()
+    assert got.provisional and "memory_bandwidth_gbs 50 is below 1200" in got.provisional
+    assert load_spec(spec.fingerprint) is None
+    assert gpu.load_or_measure_gpu().provisional == got.provisional  # kept for this process
+
+
+def test_a_plausible_gpu_spec_is_cached(ksearch_home, tiny_spec, monkeypatch):
+    gpu, spec = _gpu(monkeypatch, tiny_spec, bandwidth=4000.0)
+    assert gpu.load_or_measure_gpu().provisional is None and load_spec(spec.fingerprint) == spec

@@ -31,3 +31,17 @@ def test_missing_compiler_is_a_clean_error(ksearch_home, monkeypatch):
     monkeypatch.setenv("CC", "no-such-compiler-xyz")
     result = runner.invoke(app, ["show"])
     assert result.exit_code == 2 and "no-such-compiler-xyz" in result.output
+
+
+def test_show_says_why_a_spec_is_provisional_and_lists_cache_levels(ksearch_home, tiny_spec, monkeypatch):
+    from ksearch.hardware.spec import CacheBandwidth
+
+    spec = tiny_spec.model_copy(update={
+        "provisional": "memory_bandwidth_gbs probed under load",
+        "cache_bandwidth_gbs": {"L2": CacheBandwidth(level=2, gbs=321.0, working_set_bytes=1 << 20,
+                                                     capacity_bytes=2 << 20)}})
+    monkeypatch.setattr("ksearch.cli_hardware.cached_local_spec", lambda: spec)
+    result = runner.invoke(app, ["show"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "provisional" in result.stdout and "probed under load" in result.stdout
+    assert "cache_bandwidth_gbs.L2" in result.stdout and "321.0 GB/s" in result.stdout
