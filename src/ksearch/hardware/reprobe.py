@@ -59,10 +59,12 @@ def raised(spec: HardwareSpec, fresh: dict[str, Measurement], levels: dict[str, 
     measured = dict(spec.measured)
     update: dict = {"cache_bandwidth_gbs": dict(spec.cache_bandwidth_gbs)}
     for key, m in fresh.items():
-        merged = combine(measured.get(key), m)
+        prior = measured.get(key)
+        merged = combine(prior, m)
         old = figure_value(spec, key)
         value = max(merged.best, old or 0.0)
-        measured[key] = merged if merged.best >= (old or 0.0) else measured.get(key, merged)
+        if prior is not None or merged.best >= (old or 0.0):  # a figure without a record keeps none if not raised
+            measured[key] = merged
         if key == "memory_bandwidth_gbs":
             update[key] = value
         elif key == "exp_rate_per_s":
