@@ -74,7 +74,7 @@ def built_probes(names: list[str], cc: list[str]) -> dict[str, Path]:
         root = Path(_build_dir.name) / str(len(_built))
         dirs = {n: root / n for n in todo}
         for d in dirs.values():
-            d.mkdir(parents=True)
+            d.mkdir(parents=True, exist_ok=True)
         with ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
             exes = dict(zip(todo, pool.map(lambda n: probes.compile_probe(n, dirs[n], cc), todo)))
         for n, exe in exes.items():
