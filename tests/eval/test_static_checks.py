@@ -1,9 +1,13 @@
-"""Static checks of the cpu target: the rules load, honest kernels pass, hostile ones are caught with the
-rule and the line, and the usual disguises (macros, comments, strings, C++ blocks) neither hide a call nor
-make an honest kernel fail."""
+"""Static checks of the cpu target: the rules load, honest kernels pass (the source rules and the built-library
+check), hostile ones are caught with the rule and the line, and the usual disguises (macros, comments, strings,
+C++ blocks) neither hide a call nor make an honest kernel fail; the views the rules read (directives,
+attributes, identifiers with the C library's decorations) on small inputs. Evasions of these checks:
+tests/eval/adversarial/test_static_evasion.py; the built-library check on its own: test_linked_symbols.py."""
 
 import pytest
 
+from ksearch.errors import TargetError
+from ksearch.eval import c_scan
 from ksearch.eval import static_checks as sc
 from ksearch.eval.records import Candidate
 from ksearch.knowledge import load_pack
@@ -14,6 +18,9 @@ from ..knowledge.paths import random_paths
 
 RULES = sc.rules_for("cpu")
 EXPAND = CpuTarget().expand
+#: every built-in task with a cpu naive kernel, and the knowledge pack it renders from
+CPU_TASKS = ["selective-scan", "selective-scan-fp16", "attention-prefill", "attention-prefill-bf16",
+             "attention-prefill-noncausal", "attention-prefill-noncausal-bf16", "attention-decode"]
 
 
 def findings(src: str, name: str = "kernel.c", expand=EXPAND, **kw) -> list[sc.Finding]:
@@ -25,33 +32,61 @@ def rules_hit(src: str, **kw) -> set[str]:
 
 
 def test_rules_load_and_every_rule_says_why():
-    assert len(RULES) >= 12 and len({r.id for r in RULES}) == len(RULES)
-    assert all(r.why and r.view in ("text", "code", "definitions", "includes") for r in RULES)
+    assert len(RULES) >= 20 and len({r.id for r in RULES}) == len(RULES)
+    assert all(r.why and r.family and r.view in ("text", "code", "definitions", "includes", "directives",
+                                                 "attributes", "flags") for r in RULES)
+    assert all(len(r.why) <= 160 for r in RULES), [r.id for r in RULES if len(r.why) > 160]  # the prompt's cut
     assert sc.rules_for("no-such-target") == ()
 
 
-@pytest.mark.parametrize("task", ["selective-scan", "selective-scan-fp16"])
-def test_naive_and_rendered_pack_kernels_pass(task):
+def _sample(task: str) -> list[tuple[str, Candidate]]:
+    """The task's naive kernel, each pack family's default path and two random paths (seeded by the task)."""
     t = load_task(task)
-    assert findings(t.naive_sources["cpu"]) == []
-    pack = load_pack("selective-scan", "cpu")
-    paths = [({"family": f.id}, {}) for f in pack.families] + random_paths(pack, 6, seed=7)
+    out = [("naive", Candidate(target="cpu", sources={"kernel.c": t.naive_sources["cpu"]}))]
+    pack = load_pack(t.definition.name, "cpu")
+    paths = [({"family": f.id}, {}) for f in pack.families] + random_paths(pack, 2, seed=len(task))
+    seen = set()
     for choices, knobs in paths:
         kernel = pack.render(t.definition, choices, knobs)
-        got = findings(kernel.sources["kernel.c"], compile_flags=list(kernel.compile_flags))
-        assert got == [], f"{choices} {knobs}: {[str(f) for f in got]}"
+        cand = kernel.candidate()
+        if cand.id not in seen:
+            seen.add(cand.id)
+            out.append((f"{choices} {knobs}", cand))
+    return out
+
+
+@pytest.mark.parametrize("task", CPU_TASKS)
+def test_naive_and_rendered_pack_kernels_pass_the_rules_and_the_built_library_check(task):
+    """A sample per task (all 210 single moves of every pack passed too: see docs/evaluation.md)."""
+    definition = load_task(task).definition
+    for label, cand in _sample(task):
+        got = sc.check(cand, RULES, EXPAND)
+        assert got == [], f"{label}: {[str(f) for f in got]}"
+        built = CpuTarget().compile(cand, definition)
+        assert built.ok, f"{label}: {built.log}"
+        got = sc.check_artifact("cpu", built.artifact, cand)
+        assert got == [], f"{label}: {[str(f) for f in got]}"
 
 
 HONEST_LOOKALIKES = """#include <stdio.h>
 #include <stdint.h>
-/* system("rm -rf /"); fork(); dlopen() -- only a comment */
+#include <x86intrin.h>
+/* system("rm -rf /"); fork(); dlopen(); #line 1 "x" -- only a comment */
 // popen and clock_gettime in a line comment
+#include <sys/timex.h>
+typedef float __attribute__((may_alias, aligned(4))) aliased_float;
 static double my_clock(double time_constant) { return time_constant; }   /* names containing 'time' */
+static const char *const kNote = "fork() would be wrong here; see /home/docs";
 void run(float *out, int64_t n) {
     int64_t system_size = n;                     /* an identifier that starts with 'system' */
-    fprintf(stderr, "fork() would be wrong here; see /home/docs\\n");
+    struct timex s = {0}, *p = &s;
+    int64_t ticks = s.time.tv_sec + p->time.tv_usec; /* members named like functions */
+    static int64_t counter;
+    __sync_fetch_and_add(&counter, 1);
+    _mm_pause();
+    (void)kNote;
     #pragma omp parallel for simd
-    for (int64_t i = 0; i < system_size; i++) out[i] = (float)my_clock(1.0);
+    for (int64_t i = 0; i < system_size; i++) out[i] = (float)my_clock(1.0) + (float)ticks;
 }
 """
 
@@ -78,12 +113,24 @@ def test_honest_lookalikes_pass():
     ("signals", "#include <signal.h>\nvoid run(void) { signal(SIGSEGV, SIG_IGN); }"),
     ("inline-asm", 'void run(void) { __asm__ volatile("nop"); }'),
     ("load-time-code", "__attribute__((constructor)) static void init(void) {}\nvoid run(void) {}"),
-    ("load-time-code", "#pragma redefine_extname my_system system\nvoid run(void) {}"),
+    ("symbol-pragmas", "#pragma redefine_extname my_system system\nvoid run(void) {}"),
+    ("load-time-code", "__attribute__((used, destructor)) static void bye(void) {}\nvoid run(void) {}"),
+    ("line-directive", '#line 10 "/usr/include/math.h"\nvoid run(void) {}'),
+    ("compile-flags", None),
+    ("python-api", "#define API(x) Py##x\nint API(_IsInitialized)(void);\nvoid run(void) { API(_IsInitialized)(); }"),
+    ("libc-internals", "extern void *_r_debug;\nvoid run(void) { void *p = &_r_debug; (void)p; }"),
+    ("memory-maps", "#include <sys/mman.h>\nvoid run(float *p) { mprotect(p, 4096, PROT_READ | PROT_EXEC); }"),
+    ("process-control", "#include <stdlib.h>\nvoid run(void) { atexit(0); }"),
+    ("streams", '#include <stdio.h>\nvoid run(void) { fprintf(stderr, "x"); }'),
+    ("stack-walking", "void run(void) { void *r = __builtin_return_address(0); (void)r; }"),
     ("interpose-libc", "#include <stddef.h>\nvoid *malloc(size_t n) { return 0; }\nvoid run(void) {}"),
     ("interpose-libc", "int clock_gettime(int c, void *t) { return 0; }\nvoid run(void) {}"),
     ("foreign-include", '#include "/etc/hostname"\nvoid run(void) {}'),
 ])
 def test_hostile_snippets_are_caught(rule, snippet):
+    if snippet is None:  # a flag the preprocessor's output depends on
+        assert rule in rules_hit("void run(void) {}", compile_flags=["-C"])
+        return
     assert rule in rules_hit(snippet), [str(f) for f in findings(snippet)]
 
 
@@ -126,5 +173,74 @@ def test_a_rule_file_can_include_another(tmp_path, monkeypatch):
     try:
         assert [r.id for r in sc.rules_for("child")] == ["no-goto", "no-asm"]
         assert sc.limits_for("child")["lim"].value == 8 and sc.limits_for("base")["lim"].value == 4
+    finally:
+        sc._rule_file.cache_clear()
+
+
+# -- the views and the rule format ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source, expect", [
+    ('#line 7 "x"\n', [(1, '#line 7 "x"')]),
+    ('int a;\n  #  pragma omp parallel for // c\n#include <stdio.h>\n#\n',
+     [(2, "#pragma omp parallel for"), (3, "#include <stdio.h>"), (4, "#")]),
+    ('#li\\\nne 7 "x"\nint b;\n', [(1, '#line 7 "x"')]),
+    ('%: /* a\nb */ line 7 "x"\n', [(1, '#line 7 "x"')]),
+    ('/*\n*/ # 7 "x"\n', [(1, '#7 "x"')]),
+    ('int b; /*\n*/ # 7 "x"\n', []),  # not at the start of a line: not a directive (gcc -E agrees)
+    ('??=line 3\n', [(1, "#line 3")]),
+    ('int a;\r#line 3\n', [(2, "#line 3")]),
+])
+def test_directives_view(source, expect):
+    assert [d for d in c_scan.directives(source) if not d[1].startswith("#li \\")] == expect
+
+
+def test_splices_keep_the_line_numbers_after_them():
+    assert c_scan.splice("ab\\\ncd\nef\\  \ngh\nij") == "abcd\n\nef\\  \ngh\nij"
+    assert c_scan.splice("ab\\\ncd\nef\\  \ngh\nij", lax=True) == "abcd\n\nefgh\n\nij"
+
+
+def test_attributes_view_balances_parentheses_and_reads_double_underscores():
+    code = ("int x __attribute__((aligned((((8)))), __constructor__)) = 1;\n[[gnu::destructor]] void f();\n"
+            "__attribute((section(\"   \"))) int y;\n")
+    assert c_scan.attributes(code) == [(0, "aligned((((8)))), constructor"), (1, "gnu::destructor"),
+                                       (2, 'section(" ")')]
+
+
+@pytest.mark.parametrize("text, hit", [
+    ("read(fd, p, n)", True), ("&read", True), ("(read)(0, p, 1)", True), ("std::read", True),
+    ("__read_chk(0, p, 1, 1)", True), ("open64(p, 0)", True), ("__open64_2(p, 0)", True),
+    ("__builtin_read", True), ("thread", False), ("s.read", False), ("p->read", False), ("read_count", False),
+    ("x$read", False), ("#include <sys/read.h>", False), ("unread(x)", False),
+])
+def test_names_match_identifiers_with_the_c_librarys_decorations(text, hit):
+    import re
+
+    assert bool(re.search(sc.names_pattern(["read", "open"]), text)) is hit
+
+
+def test_rule_format_errors(tmp_path, monkeypatch):
+    monkeypatch.setattr(sc, "RULES_DIR", tmp_path)
+    for body, match in [("{id: a, why: b, names: ['not a name']}", "not a C identifier"),
+                        ("{id: a, why: b, pattern: x, allow: y}", "give a pattern"),
+                        ("{id: a, why: b}", "give a pattern")]:
+        (tmp_path / "bad.yaml").write_text(f"rules:\n  - {body}\n")
+        sc._rule_file.cache_clear()
+        try:
+            with pytest.raises(TargetError, match=match):
+                sc.rules_for("bad")
+        finally:
+            sc._rule_file.cache_clear()
+
+
+def test_an_allow_rule_fires_on_the_first_line_it_does_not_match(tmp_path, monkeypatch):
+    (tmp_path / "t.yaml").write_text("rules:\n  - {id: flags, why: only -O, in: flags, allow: '-O[0-3]'}\n")
+    monkeypatch.setattr(sc, "RULES_DIR", tmp_path)
+    sc._rule_file.cache_clear()
+    try:
+        rules = sc.rules_for("t")
+        cand = Candidate(target="cpu", sources={"k.c": ""}, compile_flags=["-O2", "-P", "-C"])
+        assert [(f.file, f.line, f.text) for f in sc.check(cand, rules)] == [(sc.FLAGS_FILE, 2, "-P")]
+        assert sc.check(Candidate(target="cpu", sources={"k.c": ""}, compile_flags=["-O3"]), rules) == []
     finally:
         sc._rule_file.cache_clear()

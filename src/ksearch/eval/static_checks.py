@@ -8,7 +8,12 @@ Each rule is a regular expression matched against one *view* of the candidate:
 - ``code``: the candidate's own lines as the compiler sees them (after the preprocessor, when the target can
   run it: macros cannot hide a call), string literal contents blanked;
 - ``definitions``: the names of the functions the candidate defines at file scope, one per line;
-- ``includes``: files the preprocessor pulled in that are neither the candidate's own nor system headers.
+- ``includes``: files the preprocessor pulled in that are neither the candidate's own nor system headers;
+- ``directives``: each preprocessing directive of a C/C++ source as written, ``#name rest``, found the way the
+  compiler's first phases find it (trigraphs, splices, comments, ``%:``: `c_scan.directives`);
+- ``attributes``: the contents of each ``__attribute__((...))``, ``[[...]]`` and ``__declspec(...)`` of the
+  ``code`` view, ``__name__`` read as ``name`` (`c_scan.attributes`);
+- ``flags``: the candidate's compile flags, one per line (file ``(compile flags)``).
 
 Python sources (``*.py``, the triton target) get the same views from Python's tokenizer (`strip_py`): ``#``
 comments removed, string contents blanked in ``code`` (an f-string's expressions stay visible), backslash
@@ -16,6 +21,14 @@ line continuations joined; ``definitions`` are the module's top-level ``def`` na
 
 A match is a `Finding` (rule, file, line, the line's text, the reason); the evaluator rejects the candidate
 with the first one. The checks are a first line, not the only one: the sandbox contains what they miss.
+
+Instead of (or beside) a pattern a rule may give ``names``: identifiers matched wherever they stand in the view
+(called, assigned, cast, their address taken, ``std::`` qualified), not as a member (``.x``, ``->x``), and
+with the decorations of the C library's own aliases: ``__``/``_``/``__builtin_``/``__isoc99_`` before, ``64``
+and then ``_chk``/``_2`` after (``read`` also matches ``__read_chk``, ``open`` matches ``open64`` and
+``__open64_2``). An ``allow`` rule (a regular expression) fires on each line of its view that it does not
+match in full (the compile flags). ``family`` is a short label of what the rule forbids, used in messages
+(`check_artifact` explains a refused linked symbol with the rule whose names match it).
 
 A rule may carry ``unless`` (a regular expression: the rule is skipped for a file whose view matches it, e.g.
 ``uint`` is Metal-only unless the file typedefs it). A *limit* rule has a ``measure`` instead of a pattern
@@ -40,11 +53,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from ksearch.errors import KsearchError, TargetError
+from ksearch.eval import c_scan
+from ksearch.eval.c_scan import defined_functions, file_scope_blocks, strip_c  # noqa: F401 - used from here too
 from ksearch.eval.records import Candidate
 
 RULES_DIR = Path(__file__).parent / "static_rules"
 
-View = Literal["text", "code", "definitions", "includes"]
+View = Literal["text", "code", "definitions", "includes", "directives", "attributes", "flags"]
 Measure = Literal["group-memory", "group-threads"]
 
 
@@ -86,6 +101,12 @@ class Rule(BaseModel):
     id: str
     why: str
     pattern: str = ""
+    #: identifiers matched wherever they stand (see the module docstring), beside ``pattern``
+    names: tuple[str, ...] = ()
+    #: a regular expression: the rule fires on each line of the view it does not match in full
+    allow: str | None = None
+    #: a short label of what the rule forbids ("timers and clocks"), for messages
+    family: str = ""
     view: View = "code"
     #: a regular expression: the rule does not apply to a file whose view matches it (e.g. a typedef)
     unless: str | None = None
@@ -105,7 +126,7 @@ class Rule(BaseModel):
             data["view"] = data.pop("in")
         super().__init__(**data)
 
-    @field_validator("pattern", "unless")
+    @field_validator("pattern", "unless", "allow")
     @classmethod
     def _compiles(cls, v: str | None) -> str | None:
         if v is None:
@@ -118,8 +139,12 @@ class Rule(BaseModel):
 
     @model_validator(mode="after")
     def _pattern_or_measure(self) -> "Rule":
-        if bool(self.pattern) == bool(self.measure):
-            raise ValueError(f"rule {self.id!r}: give either a pattern or a measure")
+        for name in self.names:
+            if not re.fullmatch(r"[A-Za-z_$][\w$]*", name):
+                raise ValueError(f"rule {self.id!r}: name {name!r} is not a C identifier")
+        kinds = [bool(self.pattern or self.names), bool(self.measure), self.allow is not None]
+        if sum(kinds) != 1:
+            raise ValueError(f"rule {self.id!r}: give a pattern and/or names, or a measure, or allow")
         if self.measure and not self.limit:
             raise ValueError(f"rule {self.id!r}: a measure needs a limit (a key of the file's limits table)")
         if self.measure == "group-memory" and not self.keyword:
@@ -128,7 +153,10 @@ class Rule(BaseModel):
 
     @property
     def regex(self) -> re.Pattern:
-        return _compiled(self.pattern)
+        """The rule's pattern and its names as one regular expression."""
+        if not self.names:
+            return _compiled(self.pattern)  # as written: it may start with global flags such as (?s)
+        return _compiled("|".join(f"(?:{p})" for p in [names_pattern(self.names)] + [self.pattern] * bool(self.pattern)))
 
 
 @lru_cache(maxsize=256)
@@ -136,17 +164,34 @@ def _compiled(pattern: str) -> re.Pattern:
     return re.compile(pattern, re.MULTILINE)
 
 
+def names_pattern(names: tuple[str, ...] | list[str]) -> str:
+    """A regular expression matching each of ``names`` as an identifier, not as a member, with the C
+    library's decorations (see the module docstring): ``names_pattern(["read"])`` matches ``read`` in
+    ``&read``, ``(read)(fd, p, n)`` and ``std::read``, and ``__read_chk``; not ``thread``, ``s.read``, ``p->read``."""
+    alt = "|".join(sorted({re.escape(n) for n in names}, key=len, reverse=True))
+    return (r"(?<![\w$.])(?<!->)(?:__builtin_|__isoc99_|__isoc23_|__|_)?(?:" + alt
+            + r")(?:64)?(?:_chk|_2)?(?![\w$.])")
+
+
 @dataclass(frozen=True)
 class Finding:
-    """A rule matched: where (``file``, 1-based ``line``), what (``text``, the line) and why."""
+    """A rule matched: where (``file``, 1-based ``line``), what (``text``, the line) and why.
+
+    ``kind`` is ``source`` for a rule of the sources, ``artifact`` for a check of the built library
+    (`check_artifact`): ``text`` is then the message, and ``file``/``line`` where the sources name the symbol
+    (``""``/0 when they do not)."""
 
     rule: str
     file: str
     line: int
     text: str
     why: str
+    kind: Literal["source", "artifact"] = "source"
 
     def __str__(self) -> str:
+        if self.kind == "artifact":
+            at = f"; {self.file}:{self.line} names it" if self.line else ""
+            return f"static check {self.rule!r}: {self.text} ({self.why}){at}"
         return f"static check {self.rule!r}: {self.file}:{self.line}: {self.text.strip()[:160]} ({self.why})"
 
 
@@ -191,35 +236,6 @@ def limits_for(target: str) -> dict[str, Limit]:
 
 #: One file of a view: (1-based line number in the candidate's file, text) per line.
 Lines = list[tuple[int, str]]
-
-
-def strip_c(source: str, keep_strings: bool) -> str:
-    """Remove C/C++ comments (keeping line breaks); blank the contents of string and character literals
-    unless ``keep_strings``."""
-    out: list[str] = []
-    i, n = 0, len(source)
-    while i < n:
-        c = source[i]
-        nxt = source[i + 1] if i + 1 < n else ""
-        if c == "/" and nxt == "/":
-            j = source.find("\n", i)
-            i = n if j < 0 else j
-        elif c == "/" and nxt == "*":
-            j = source.find("*/", i + 2)
-            chunk = source[i:n if j < 0 else j + 2]
-            out.append("\n" * chunk.count("\n") + " ")
-            i = n if j < 0 else j + 2
-        elif c in "\"'":
-            j = i + 1
-            while j < n and source[j] != c and source[j] != "\n":
-                j += 2 if source[j] == "\\" else 1
-            lit = source[i:j + 1]
-            out.append(lit if keep_strings else c + " " * max(0, len(lit) - 2) + (c if j < n else ""))
-            i = j + 1
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
 
 
 def strip_py(source: str, keep_strings: bool) -> str:
@@ -271,58 +287,6 @@ def _numbered(text: str) -> Lines:
     return [(i + 1, line) for i, line in enumerate(text.split("\n"))]
 
 
-_HEAD_RE = re.compile(r"(~?[A-Za-z_]\w*)\s*\((?:[^()]|\([^()]*\))*\)\s*(?:const\b|noexcept\b|__attribute__\s*\(\(.*?\)\)\s*)*$",
-                      re.DOTALL)
-_OPEN_NO_DEPTH = re.compile(r"(\bextern\s*\"\s*\"|\bnamespace\b[^;{}]*)\s*$")
-
-
-def file_scope_blocks(code: str) -> list[tuple[int, int, str, str]]:
-    """(opening brace offset, closing brace end offset, head, function name or "") of each brace block at file
-    scope in C/C++ ``code`` (comments removed, strings blanked). ``extern "C" { ... }`` and namespace blocks are
-    walked into: what they hold counts as file scope. ``head`` is the text between the previous ``;``/``}``/``{``
-    at that level and the block; the name is "" when the head is not a function signature. A block never closed
-    (unbalanced source) runs to the end of the code."""
-    blocks, depth, start, transparent, opened = [], 0, 0, [], None
-    for m in re.finditer(r"[{};]", code):
-        ch = m.group()
-        if ch == "{":
-            head = code[start:m.start()]
-            if depth == 0 or (transparent and transparent[-1] == depth):
-                if _OPEN_NO_DEPTH.search(head):
-                    transparent.append(depth)
-                    start = m.end()
-                    continue
-                fn = _HEAD_RE.search(head.rstrip())
-                opened = (len(blocks), depth)
-                blocks.append((m.start(), len(code), head, fn.group(1) if fn else ""))  # end: until closed
-            depth += 1
-            start = m.end()
-        elif ch == "}":
-            if transparent and transparent[-1] == depth:
-                transparent.pop()
-            else:
-                depth = max(0, depth - 1)
-                if opened is not None and depth == opened[1]:
-                    brace, _, head, name = blocks[opened[0]]
-                    blocks[opened[0]] = (brace, m.end(), head, name)
-                    opened = None
-            start = m.end()
-        elif depth == 0 or (transparent and transparent[-1] == depth):
-            start = m.end()
-    return blocks
-
-
-def defined_functions(code: str) -> list[tuple[int, str]]:
-    """(line, name) of each function defined at file scope in C/C++ ``code`` (comments removed, strings
-    blanked). ``extern "C" { ... }`` and namespace blocks count as file scope."""
-    out = []
-    for brace, _, head, name in file_scope_blocks(code):
-        if name and "=" not in head.split("(")[0]:
-            fn = _HEAD_RE.search(head.rstrip())
-            out.append((code.count("\n", 0, brace - len(head) + fn.start()) + 1, name))
-    return out
-
-
 @dataclass
 class Views:
     """A candidate's sources in every view, per file."""
@@ -331,6 +295,13 @@ class Views:
     code: dict[str, Lines]
     definitions: dict[str, Lines]
     includes: dict[str, Lines]
+    directives: dict[str, Lines]
+    attributes: dict[str, Lines]
+    flags: dict[str, Lines]
+
+
+#: the file name the ``flags`` view files the compile flags under
+FLAGS_FILE = "(compile flags)"
 
 
 #: A target's preprocessor: candidate -> ({file: [(line, text)]} of the candidate's own lines after
@@ -360,7 +331,15 @@ def views(candidate: Candidate, expand: Expander | None = None) -> Views:
         joined = "\n".join(t for _, t in lines)
         definitions[name] = [(lines[i - 1][0] if 0 < i <= len(lines) else i, fn)
                              for i, fn in defined_functions(joined)]
-    return Views(text=text, code=code, definitions=definitions, includes=includes)
+    directives = {name: c_scan.directives(src) for name, src in candidate.sources.items() if not _is_python(name)}
+    attributes = {}
+    for name, lines in code.items():
+        if not _is_python(name):
+            joined = "\n".join(t for _, t in lines)
+            attributes[name] = [(lines[i][0] if i < len(lines) else i + 1, a) for i, a in c_scan.attributes(joined)]
+    flags = {FLAGS_FILE: [(i + 1, f) for i, f in enumerate(candidate.compile_flags)]}
+    return Views(text=text, code=code, definitions=definitions, includes=includes, directives=directives,
+                 attributes=attributes, flags=flags)
 
 
 def check(candidate: Candidate, rules: tuple[Rule, ...] | list[Rule], expand: Expander | None = None) -> list[Finding]:
@@ -379,6 +358,13 @@ def check(candidate: Candidate, rules: tuple[Rule, ...] | list[Rule], expand: Ex
             joined = "\n".join(t for _, t in lines)
             if rule.unless and _compiled(rule.unless).search(joined):
                 continue
+            if rule.allow is not None:
+                allowed = _compiled(rule.allow)
+                bad = next(((ln, t) for ln, t in lines if not allowed.fullmatch(t)), None)
+                if bad is not None:
+                    findings.append(Finding(rule.id, name, bad[0], _original_line(candidate.sources.get(name, ""),
+                                                                                  bad[0]) or bad[1], rule.why))
+                continue
             for m in rule.regex.finditer(joined):
                 idx = joined.count("\n", 0, m.start())
                 line_no, line_text = lines[idx] if idx < len(lines) else (idx + 1, m.group())
@@ -391,3 +377,25 @@ def check(candidate: Candidate, rules: tuple[Rule, ...] | list[Rule], expand: Ex
 def _original_line(source: str, line_no: int) -> str:
     lines = source.split("\n")
     return lines[line_no - 1] if 0 < line_no <= len(lines) else ""
+
+
+def check_artifact(target: str, artifact: Path, candidate: Candidate) -> list[Finding]:
+    """What the built library ``artifact`` of ``candidate`` links and runs at load, against the target's
+    symbol policy (``static_rules/<target>.symbols.yaml``, `linked_symbols`): the undefined dynamic symbols,
+    the libraries, the load-time entries and the layout. Call it after a successful compile, before the
+    library is loaded. Returns the findings (kind ``artifact``), [] when all pass or the target has no policy;
+    a file that cannot be parsed as ELF is one finding (rule ``binary-layout``). Raises TargetError when the
+    policy file is malformed, OSError when the artifact cannot be read at all."""
+    from ksearch.eval import linked_symbols
+
+    policy = linked_symbols.policy_for(target)
+    if policy is None:
+        return []
+    try:
+        facts = linked_symbols.read_elf(Path(artifact))
+    except OSError:
+        raise
+    except Exception as e:  # noqa: BLE001 - pyelftools raises ELFError, ValueError, struct.error... on bad input
+        return [Finding("binary-layout", "", 0, f"the built library {Path(artifact).name} cannot be read as ELF",
+                        f"{type(e).__name__}: {e}", kind="artifact")]
+    return linked_symbols.check(policy, facts, candidate, rules_for(target), target)
