@@ -4,6 +4,7 @@
   ``~/.cache/ksearch``.
 - ``CC`` / ``CXX``: the C / C++ compilers of the cpu target (default ``cc`` / ``c++``).
 - ``HOME``: the user's home, hidden from candidates by the evaluation sandbox.
+- ``KSEARCH_BUSY_WAIT_S``: how long the judge may wait for a busy machine before timing (`busy_wait_s`).
 """
 
 from __future__ import annotations
@@ -55,3 +56,19 @@ def cxx_compiler() -> str:
 def python_path() -> list[str]:
     """Entries of this process's PYTHONPATH (passed on to evaluation workers, which need the same packages)."""
     return [p for p in (os.environ.get("PYTHONPATH") or "").split(os.pathsep) if p]
+
+
+def busy_wait_s() -> float:
+    """Seconds the judge may wait, per evaluation, for a busy machine to quieten before it times
+    (``KSEARCH_BUSY_WAIT_S``, default 30; 0: never wait, only record the load). Raises ConfigError when the value
+    is not a number >= 0."""
+    raw = os.environ.get("KSEARCH_BUSY_WAIT_S")
+    if raw is None or raw == "":
+        return 30.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ConfigError(f"KSEARCH_BUSY_WAIT_S must be a number of seconds >= 0, got {raw!r}")
+    return value

@@ -27,8 +27,9 @@ class FakeJudge:
     def remember_naive(self, ev):
         self.naive_ms = {r.workload: r.median_ms for r in ev.workloads}
 
-    def evaluate(self, candidate, workloads=None, timing=True, with_speedup=True):
+    def evaluate(self, candidate, workloads=None, timing=True, with_speedup=True, references=()):
         self.calls.append(candidate.id)
+        self.references = list(references)
         if "-ffast-math" in candidate.compile_flags:
             return Evaluation(candidate_id=candidate.id, task=TASK.name, target="cpu",
                               status=Status.INCORRECT_NUMERICAL, message="fake: fast-math is wrong here")

@@ -19,6 +19,7 @@ import mmap
 import os
 import shutil
 import tempfile
+import time
 from collections import OrderedDict, deque
 from pathlib import Path
 from typing import Callable
@@ -140,6 +141,7 @@ class CaseData:
         self.reference_cache_bytes, self.input_cache_bytes = reference_cache_bytes, input_cache_bytes
         self.progress = progress or (lambda msg: None)
         self._refs: OrderedDict[tuple[str, int], dict[str, np.ndarray]] = OrderedDict()
+        self._ref_seconds: dict[str, float] = {}
         self._ref_bytes = 0
         self._inputs: OrderedDict[tuple[str, int], tuple[dict, Path]] = OrderedDict()
         self._input_bytes = 0
@@ -190,7 +192,9 @@ class CaseData:
             self._used[key] = self._generation
             return self._refs[key]
         self.progress(f"reference {workload.label} seed {seed % 10000:04d}")
+        t0 = time.perf_counter()
         outs = run_reference(self.definition, inputs)
+        self._ref_seconds[workload.uuid] = time.perf_counter() - t0
         self.counts["references"] += 1
         outs = {k: (v.astype(np.float32) if v.size > _F32_CACHE_ABOVE else v) for k, v in outs.items()}
         size = sum(v.nbytes for v in outs.values())
@@ -202,6 +206,10 @@ class CaseData:
             self._used[key] = self._generation
         return outs
 
+    def reference_seconds(self, workload: Workload) -> float | None:
+        """Wall seconds the last reference computation of this workload took (None: none computed yet)."""
+        return self._ref_seconds.get(workload.uuid)
+
     def inputs(self, workload: Workload, seed: int) -> tuple[dict, Path]:
         """Inputs for (workload, seed) and the directory holding them as files (``in.<name>``), made once and
         reused by later evaluations (bounded in bytes; see the module docstring). Each evaluation still runs in
@@ -211,8 +219,7 @@ class CaseData:
             self._inputs.move_to_end(key)
             self._used[key] = self._generation
             return self._inputs[key]
-        if self._input_root is None:
-            self._input_root = shared_dir("ksearch-inputs-")
+        root = self.root()
         self.progress(f"inputs {workload.label} seed {seed % 10000:04d}")
         inputs = make_inputs(self.definition, workload, seed)
         self.counts["inputs"] += 1
@@ -222,7 +229,7 @@ class CaseData:
         if not fits:
             self._drop_uncached(self.KEEP_UNCACHED - 1)
         self._folders += 1
-        folder = self._input_root / f"{self._folders}-{seed % 100000}-{workload.uuid[:8]}"
+        folder = root / f"{self._folders}-{seed % 100000}-{workload.uuid[:8]}"
         folder.mkdir()
         for name, value in inputs.items():
             if isinstance(value, np.ndarray):
@@ -234,6 +241,13 @@ class CaseData:
         else:
             self._uncached.append((inputs, folder))
         return inputs, folder
+
+    def root(self) -> Path:
+        """The directory under which every input file of this CaseData lies (created on first use): what a
+        worker must be able to read, and nothing else of shared memory."""
+        if self._input_root is None:
+            self._input_root = shared_dir("ksearch-inputs-")
+        return self._input_root
 
     def _foreign_file(self, root: Path) -> str | None:
         """The first file under ``root`` that this process did not write as it is now, or None."""

@@ -3,9 +3,13 @@
 For each candidate: the target compiles it in this process (a compiler subprocess with a timeout); a fresh
 sandboxed worker loads it; for every workload and every correctness seed the controller writes fresh inputs
 (mapped read-only into the worker) and NaN-poisoned outputs to shared memory, the worker calls the kernel, and
-the controller compares the outputs with the float64 reference here, never in the worker. Then the worker
-times repeated calls (warm-up, caches flushed and outputs re-poisoned between repeats, median and spread), and
-the outputs of the last timed call are checked again.
+the controller compares the outputs with the float64 reference here, never in the worker. Then the candidate is
+timed in paired rounds beside its reference kernels (`ksearch.eval.timing`): a fresh input set each round, the
+controller's own clock around each call (device events on GPU targets), outputs poisoned and caches flushed by
+the controller before every call, every round's outputs compared with the reference of its inputs. A busy
+machine is waited for (with backoff, bounded) before timing, and the load is recorded with the times. A worker
+killed or stopped from outside the judge is an infrastructure fault: the workload is judged again on a fresh
+worker.
 
 Before compiling, the target's static checks (`static_checks`) reject sources that shell out, load code,
 touch the clock, read other processes' files or memory, use inline assembly or load-time code. A timing
@@ -27,6 +31,7 @@ from typing import Callable
 
 import numpy as np
 
+from ksearch import config as _config
 from ksearch.eval import static_checks
 from ksearch.eval.casedata import CaseData, default_input_cache_bytes, remove_stale_dirs, same_bytes
 from ksearch.eval.casedata import shared_dir as _shared_dir
@@ -34,8 +39,10 @@ from ksearch.eval.compare import compare
 from ksearch.eval.hidden import draw_hidden_workloads
 from ksearch.eval.protocol import TimingPlan
 from ksearch.eval.records import Candidate, Evaluation, Status, WorkloadResult
-from ksearch.eval.sandbox import Policy, ProtocolViolation, Worker, WorkerDied, WorkerTimeout, describe_exit
-from ksearch.eval.stats import summarize_times
+from ksearch.eval.sandbox import Policy, ProtocolViolation, Worker, WorkerDied, WorkerTimeout
+from ksearch.eval.timing import (Contender, ExternalKill, Reference, RoundTimer, calibrate, combine, decision_rounds,
+                                 died_message, failure_status, killed_from_outside)
+from ksearch.hardware.load import LoadMeter
 from ksearch.targets import get_target
 from ksearch.tasks.definition import Definition, Workload
 from ksearch.tasks.inputs import numpy_dtype, poison_byte, to_float64
@@ -52,7 +59,12 @@ class EvalConfig:
     ``static_checks``: run the target's static checks before compiling (off only to prove the sandbox);
     ``sandbox``: what the worker's sandbox enforces (its ``cpu_s`` None: derived from the time budget);
     ``floor_check``: re-verify, then reject, timings below the roofline floor; ``input_cache_bytes``: input
-    bytes kept between evaluations (None: `casedata.default_input_cache_bytes`, from the memory available)."""
+    bytes kept between evaluations (None: `casedata.default_input_cache_bytes`, from the memory available);
+    ``busy_wait_s``: seconds an evaluation may wait in all for a busy machine to quieten before timing
+    (`ksearch.config.busy_wait_s`); ``timing_set_bytes``: input bytes of one workload's timing rounds (each round
+    has its own input set; None: max(512 MiB, an eighth of the input cache)); ``reference_budget_s``: seconds of
+    reference computation a workload's timing rounds may cost in a run (each round's outputs are compared with
+    the reference of its inputs; the rounds are capped accordingly)."""
 
     seeds: list[int] = field(default_factory=lambda: [secrets.randbits(63) for _ in range(3)])
     timeout_s: float = 60.0
@@ -67,6 +79,9 @@ class EvalConfig:
     #: inputs of the timed calls: a seed no check uses (None: derived from ``seeds``, so the reference is
     #: computed once per run); the warm-up runs on the last check's inputs
     timing_seed: int | None = None
+    busy_wait_s: float = field(default_factory=_config.busy_wait_s)
+    timing_set_bytes: int | None = None
+    reference_budget_s: float = 20.0
 
     def seed_for_timing(self) -> int:
         if self.timing_seed is not None:
@@ -99,6 +114,8 @@ class Evaluator:
                              default_input_cache_bytes() if input_bytes is None else input_bytes, self.progress)
         remove_stale_dirs()
         self.naive_ms: dict[str, float] = {}
+        self._flush: np.ndarray | None = None
+        self._flush_value = 0.0
 
     # -- inputs and reference outputs (cached across evaluations: see CaseData) ------------------------
 
@@ -139,23 +156,28 @@ class Evaluator:
     # -- evaluation ---------------------------------------------------------------------------------
 
     def evaluate(self, candidate: Candidate, workloads: list[str | Workload] | None = None,
-                 timing: bool | str = True, with_speedup: bool = True) -> Evaluation:
+                 timing: bool | str = True, with_speedup: bool = True,
+                 references: list[Reference] | tuple = ()) -> Evaluation:
         """Judge one candidate on the named workloads (all when None; Workload records, e.g. hidden ones,
         are taken as given). Never raises for a bad kernel: its fault is in the returned Evaluation's status
         and messages.
 
         ``timing``: True times every workload, False none, ``"bench"`` only workloads whose purpose is bench.
+        ``references``: kernels timed beside the candidate in paired rounds (its parent, the current best, the
+        naive kernel; see `ksearch.eval.timing`): the Evaluation then carries the paired ratios with their
+        intervals and verdicts, and the candidate's speedups are derived from the references' (a reference that
+        fails in this session is dropped with a note; the candidate is never blamed for it).
         """
         t_begin = time.perf_counter()
         self.data.begin()
         try:
-            ev = self._evaluate(candidate, workloads, timing, with_speedup)
+            ev = self._evaluate(candidate, workloads, timing, with_speedup, list(references))
         finally:
             self.data.end()
         ev.wall_s = round(time.perf_counter() - t_begin, 3)
         return ev
 
-    def _evaluate(self, candidate: Candidate, workloads, timing, with_speedup) -> Evaluation:
+    def _evaluate(self, candidate: Candidate, workloads, timing, with_speedup, references) -> Evaluation:
         selected = [w if isinstance(w, Workload) else self.task.workload(w) for w in workloads] if workloads \
             else self.task.select(None)
         ev = Evaluation(candidate_id=candidate.id, task=self.task.name, target=self.target.name,
@@ -175,9 +197,11 @@ class Evaluator:
             ev.status, ev.message = Status.COMPILE_ERROR, built.log
             return ev
         scratch = _shared_dir()
+        session = _Session(self, candidate, built.artifact, selected, scratch, references)
         try:
-            self._run_workloads(candidate, built.artifact, selected, timing, ev, scratch, with_speedup)
+            session.run(timing, ev, with_speedup)
         finally:
+            session.close()
             shutil.rmtree(scratch, ignore_errors=True)
         failed = next((r for r in ev.workloads if r.status not in (Status.PASSED, Status.SKIPPED)), None)
         if failed is not None:
@@ -197,58 +221,13 @@ class Evaluator:
         """CPU seconds a worker may use (all threads): the wall-clock budget of its requests times the cores."""
         plan = self.config.timing
         wall = n_workloads * (self.config.timeout_s * (2 * len(self.config.seeds) + plan.warmup + 6)
-                              + 4 * plan.max_time_s) + 60
+                              + 4 * plan.max_time_s + self.config.timeout_s * plan.max_repeats) + 60
         return math.ceil(wall * (os.cpu_count() or 1))
 
-    def _run_workloads(self, candidate, artifact, selected, timing, ev, scratch, with_speedup) -> None:
-        worker: Worker | None = None
-        try:
-            for wl in selected:
-                if ev.workloads and self.config.stop_on_failure and \
-                        any(r.status not in (Status.PASSED, Status.SKIPPED) for r in ev.workloads):
-                    ev.workloads.append(WorkloadResult(workload=wl.label, status=Status.SKIPPED,
-                                                       message="not run: an earlier workload failed"))
-                    continue
-                if worker is None or worker.proc.poll() is not None:
-                    t_load = time.perf_counter()
-                    worker = self._start_worker(scratch, artifact, len(selected))
-                    try:
-                        reply = worker.request({"op": "load", "target": self.target.name, "artifact": str(artifact),
-                                                "candidate": candidate.model_dump(mode="json"),
-                                                "definition": self.definition.model_dump(mode="json")}, 60.0)
-                    except (WorkerDied, WorkerTimeout, ProtocolViolation) as e:
-                        status = Status.REJECTED if isinstance(e, ProtocolViolation) else Status.RUNTIME_ERROR
-                        msg = _died_message(e) if isinstance(e, WorkerDied) else str(e)
-                        ev.workloads.append(WorkloadResult(workload=wl.label, status=status,
-                                                           message=f"loading the kernel: {msg}"))
-                        worker.close()
-                        worker = None
-                        continue
-                    ev.load_s = round((ev.load_s or 0.0) + time.perf_counter() - t_load, 3)
-                    ev.sandbox = _sandbox_summary(reply.get("sandbox") or {})
-                    if not reply.get("ok"):
-                        status = _failure_status(reply)  # COMPILE_ERROR: cuda's NVRTC, triton's import
-                        if status is Status.COMPILE_ERROR:
-                            ev.compile_log = str(reply.get("error", ""))
-                        ev.workloads.append(WorkloadResult(workload=wl.label, status=status,
-                                                           message=reply.get("error", "load failed")))
-                        continue
-                timed = timing if isinstance(timing, bool) else wl.purpose == timing
-                t_wl = time.perf_counter()
-                result = self._run_one(worker, wl, timed, scratch)
-                result.wall_s = round(time.perf_counter() - t_wl, 3)
-                if with_speedup and result.median_ms and wl.label in self.naive_ms:
-                    result.speedup_vs_naive = self.naive_ms[wl.label] / result.median_ms
-                ev.workloads.append(result)
-                if result.status in (Status.TIMEOUT, Status.RUNTIME_ERROR, Status.REJECTED):
-                    worker.close()
-                    worker = None
-        finally:
-            if worker is not None:
-                worker.close()
-
-    def _start_worker(self, scratch: Path, artifact: Path, n_workloads: int) -> Worker:
-        """A fresh worker that may write only the output files (created here, empty, for that reason)."""
+    def start_worker(self, scratch: Path, artifact: Path, n_workloads: int) -> Worker:
+        """A fresh worker that may write only its output files (``scratch/out.*``, created here, empty, for that
+        reason) and read its build and the evaluation's inputs."""
+        scratch.mkdir(parents=True, exist_ok=True)
         outs = [scratch / f"out.{name}" for name in self.definition.outputs]
         for path in outs:
             path.touch()
@@ -262,92 +241,77 @@ class Evaluator:
             policy = policy.model_copy(update={"gpu": True, "namespaces": "off", "seccomp": False})
         if policy.cpu_s is None:
             policy = policy.model_copy(update={"cpu_s": self._cpu_limit_s(n_workloads)})
-        return Worker(scratch, policy, writable=outs, readable=[Path(artifact).parent])
+        return Worker(scratch, policy, writable=outs, readable=[Path(artifact).parent, self.data.root()])
 
-    def _run_one(self, worker: Worker, wl: Workload, timing: bool, scratch: Path) -> WorkloadResult:
-        axes = self.definition.axis_values(wl)
-        res = WorkloadResult(workload=wl.label, status=Status.PASSED)
-        call = None
-        for seed in self.config.seeds:
-            self.progress(f"check {wl.label} ({res.checks + 1}/{len(self.config.seeds)})")
-            call = self._checked_call(worker, wl, seed, axes, scratch, res)
-            if call is None:
-                return res
-        if not timing:
-            return res
-        timed = self._prepare(wl, self.config.seed_for_timing(), axes, scratch)
-        if not self._timed(worker, wl, timed, call[3] if call else None, res) or not self.config.floor_check:
-            return res
-        if res.pct_of_floor is not None and res.pct_of_floor > 100:
-            first = f"{res.median_ms:.4g} ms ({res.pct_of_floor:.0f}% of the floor {res.floor_ms:.4g} ms)"
-            self.progress(f"suspect: {wl.label} below the roofline floor; re-verifying on fresh inputs")
-            call = self._checked_call(worker, wl, secrets.randbits(62), axes, scratch, res)
-            timed = self._prepare(wl, secrets.randbits(62), axes, scratch)
-            if call is None or not self._timed(worker, wl, timed, call[3], res):
-                return res
-            if res.pct_of_floor is not None and res.pct_of_floor > 100:
-                res.status = Status.REJECTED
-                res.message = (f"faster than the roofline floor twice (first {first}, then {res.median_ms:.4g} ms on "
-                               f"fresh inputs): the timing cannot be trusted")
-            else:
-                res.message = f"first timing {first} was below the roofline floor; re-verified and re-timed"
-        return res
-
-    def _checked_call(self, worker: Worker, wl: Workload, seed: int, axes: dict[str, int], scratch: Path,
-                      res: WorkloadResult) -> tuple | None:
-        """One call on the inputs of ``seed``, its outputs compared with the reference; updates ``res``.
-        Returns the call (see `_prepare`), or None when it failed (``res`` says why)."""
-        call = self._prepare(wl, seed, axes, scratch)
+    def checked_call(self, c: Contender, wl: Workload, seed: int, axes: dict[str, int],
+                     res: WorkloadResult) -> tuple | None:
+        """One untimed call of ``c`` on the inputs of ``seed``, its outputs compared with the reference; updates
+        ``res``. Returns the case (see `_prepare`), or None when it failed (``res`` says why). Raises ExternalKill."""
+        call = self._prepare(wl, seed, axes, c.out_dir)
         inputs, in_dir, want, args, out_paths, axes = call
-        status, msg = self._call(worker, args, self.config.timeout_s)
+        status, msg = self._call(c, args, self.config.timeout_s)
         if status is not Status.PASSED:
             res.status, res.message = status, msg
             return None
-        status, msg, a, r = self._check(inputs, in_dir, out_paths, want, axes)
-        res.checks += 1
+        status, msg = self.check_inputs(inputs, in_dir)
+        a = r = float("nan")
+        if status is Status.PASSED:
+            status, msg, a, r = self.check_outputs(out_paths, want, axes)
+        res.checks += status is not Status.REJECTED
         res.max_abs_err = max(res.max_abs_err or 0.0, a) if not math.isnan(a) else a
         res.max_rel_err = max(res.max_rel_err or 0.0, r) if not math.isnan(r) else r
         if status is not Status.PASSED:
-            res.status, res.message = status, f"seed {seed}: {msg}"
+            res.status, res.message = status, f"seed {seed}: {msg}" if status is not Status.REJECTED else msg
             return None
         return call
 
-    def _prepare(self, wl: Workload, seed: int, axes: dict[str, int], scratch: Path) -> tuple:
+    def _prepare(self, wl: Workload, seed: int, axes: dict[str, int], out_dir: Path) -> tuple:
         """Inputs, reference and poisoned outputs of one call: (inputs, input dir, want, args, output paths,
         axes)."""
         inputs, in_dir = self.inputs(wl, seed)
         want = self.reference(wl, seed, inputs)
-        args, out_paths = self._write_args(inputs, in_dir, axes, scratch)
+        args, out_paths = self.write_args(inputs, in_dir, axes, out_dir)
         return inputs, in_dir, want, args, out_paths, axes
 
-    def _timed(self, worker: Worker, wl: Workload, call: tuple, warmup_args: list | None,
-               res: WorkloadResult) -> bool:
-        """Time repeated calls of ``call`` (see TimingPlan; warm-up on ``warmup_args``), check the last timed
-        call's outputs against the reference and every timed call's output summary against the last one's;
-        fills ``res``'s times and roofline figures. False when it failed (``res`` says why)."""
-        inputs, in_dir, want, args, out_paths, axes = call
-        self.progress(f"time {wl.label}")
-        plan = self.config.timing.model_copy(update={"flush_bytes": self._flush_bytes(wl)})
-        budget = self.config.timeout_s * (plan.warmup + 2) + plan.max_time_s * 2
-        reply_times, sums, status, msg = self._time(worker, args, warmup_args, plan, budget)
-        if status is not Status.PASSED:
-            res.status, res.message = status, msg
-            return False
-        status, msg, _, _ = self._check(inputs, in_dir, out_paths, want, axes)
-        if status is not Status.PASSED:
-            res.status, res.message = status, f"outputs of the timed calls: {msg}"
-            return False
-        msg = _uneven_timed_outputs(sums)
-        if msg:
-            res.status, res.message = Status.INCORRECT_NUMERICAL, msg
-            return False
-        stats = summarize_times(reply_times)
-        res.median_ms, res.min_ms, res.spread, res.repeats = stats.median_ms, stats.min_ms, stats.spread, stats.n
-        self._roofline(wl, res)
-        return True
+    # -- what the paired timing (`timing.RoundTimer`) uses --------------------------------------------
 
-    def _write_args(self, inputs: dict, in_dir: Path, axes: dict[str, int],
-                    scratch: Path) -> tuple[list[dict], dict[str, Path]]:
+    def timing_seed(self, round_: int) -> int:
+        """The input seed of a timing round: the run's timing seed plus the round (no check uses it)."""
+        seed = self.config.seed_for_timing() + 7919 * round_
+        while seed in self.config.seeds:
+            seed += 1
+        return seed
+
+    def timing_case(self, wl: Workload, seed: int, axes: dict[str, int]) -> tuple:
+        """The inputs of a timing round, as `_prepare`'s tuple without reference or outputs (they come later)."""
+        inputs, in_dir = self.inputs(wl, seed)
+        return inputs, in_dir, None, None, None, axes
+
+    def timing_rounds_cap(self, wl: Workload) -> int:
+        """The most timing rounds of ``wl`` (each round has its own input set, and its outputs are compared with
+        that set's reference): as many sets as fit in ``timing_set_bytes`` and whose references take at most
+        ``reference_budget_s`` to compute (once per run), and at least the rounds a paired decision needs
+        (`timing.decision_rounds`) unless that many sets would take four times the memory budget."""
+        d = self.definition
+        axes = d.axis_values(wl)
+        set_bytes = sum(math.prod(d.shape_of(spec, axes) or (1,)) * numpy_dtype(spec.dtype).itemsize
+                        for spec in d.inputs.values() if spec.shape is not None)
+        budget = self.config.timing_set_bytes or max(512 << 20, self.data.input_cache_bytes // 8)
+        plan = self.config.timing
+        least = decision_rounds(plan)
+        by_memory = budget // max(set_bytes, 1)
+        if by_memory < least and least * set_bytes > 4 * budget:  # a huge workload: no paired decision on it
+            return max(1, by_memory)
+        cap = min(plan.max_repeats, max(by_memory, least))
+        ref_s = self.data.reference_seconds(wl)
+        if ref_s:
+            cap = min(cap, max(least, int(self.config.reference_budget_s / ref_s)))
+        return cap
+
+    def write_args(self, inputs: dict, in_dir: Path, axes: dict[str, int],
+                   out_dir: Path) -> tuple[list[dict], dict[str, Path]]:
+        """ArgRefs of one call in ABI order, with NaN-poisoned output files written to ``out_dir/out.<name>``
+        (the files a worker was started with: rewritten in place)."""
         d = self.definition
         args: list[dict] = []
         for name, spec in d.inputs.items():
@@ -362,7 +326,7 @@ class Evaluator:
         for name, spec in d.outputs.items():
             shape = d.shape_of(spec, axes) or ()
             dt = numpy_dtype(spec.dtype)
-            path = scratch / f"out.{name}"
+            path = out_dir / f"out.{name}"
             poison = np.full(shape, np.nan, dt) if dt.kind == "f" else \
                 np.full(math.prod(shape) * dt.itemsize, poison_byte(dt), np.uint8).view(dt).reshape(shape)
             poison.tofile(path)
@@ -372,67 +336,42 @@ class Evaluator:
         args += [{"kind": "scalar", "value": int(axes[a])} for a in d.axes]
         return args, outs
 
-    def _check(self, inputs, in_dir, out_paths, want, axes) -> tuple[Status, str, float, float]:
-        d = self.definition
+    def check_inputs(self, inputs: dict, in_dir: Path) -> tuple[Status, str]:
+        """Every input file bit for bit as written (a changed one is restored for the next candidate)."""
         for name, value in inputs.items():
             if isinstance(value, np.ndarray) and value.size:
                 path = in_dir / f"in.{name}"
                 if not same_bytes(path, value):  # bitwise, through a read-only mapping
                     self.data.write_input(value, path)  # restore it for the next candidate
-                    return Status.REJECTED, f"the kernel modified its input {name!r}", float("nan"), float("nan")
+                    return Status.REJECTED, f"the kernel modified its input {name!r}"
+        return Status.PASSED, ""
+
+    def _read_output(self, path: Path, spec, axes: dict[str, int]) -> np.ndarray | str:
+        """An output file as an array of its spec's shape, or why it cannot be read (its size changed)."""
+        shape = self.definition.shape_of(spec, axes) or ()
+        dt = numpy_dtype(spec.dtype)
+        size = path.stat().st_size if path.exists() else -1
+        if size != math.prod(shape) * dt.itemsize:
+            return f"the kernel changed its output file {path.name[4:]!r} ({size} bytes, expected " \
+                   f"{math.prod(shape) * dt.itemsize})"
+        return np.fromfile(path, dt).reshape(shape)
+
+    def check_outputs(self, out_paths: dict[str, Path], want: dict, axes: dict[str, int]) -> tuple[Status, str, float, float]:
+        """Compare output files with the reference: (status, message, max abs error, max rel error)."""
         worst_abs = worst_rel = 0.0
-        for name, spec in d.outputs.items():
-            shape = d.shape_of(spec, axes) or ()
-            dt = numpy_dtype(spec.dtype)
-            size = out_paths[name].stat().st_size if out_paths[name].exists() else -1
-            if size != math.prod(shape) * dt.itemsize:
-                return (Status.REJECTED, f"the kernel changed its output file {name!r} ({size} bytes, expected "
-                        f"{math.prod(shape) * dt.itemsize})", float("nan"), float("nan"))
-            got = np.fromfile(out_paths[name], dt).reshape(shape)
+        for name, spec in self.definition.outputs.items():
+            got = self._read_output(out_paths[name], spec, axes)
+            if isinstance(got, str):
+                return Status.REJECTED, got, float("nan"), float("nan")
             if spec.dtype == "bfloat16":
                 got = to_float64(got, spec.dtype)
-            status, a, r, msg = compare(got, want[name], d.tolerance_for(spec.dtype))
+            status, a, r, msg = compare(got, want[name], self.definition.tolerance_for(spec.dtype))
             worst_abs, worst_rel = max(worst_abs, a), max(worst_rel, r)
             if status is not Status.PASSED:
                 return status, f"output {name!r}: {msg}", worst_abs, worst_rel
         return Status.PASSED, "", worst_abs, worst_rel
 
-    def _call(self, worker: Worker, args: list[dict], timeout_s: float) -> tuple[Status, str]:
-        try:
-            reply = worker.request({"op": "call", "args": args, "timing": None}, timeout_s)
-        except WorkerTimeout:
-            return Status.TIMEOUT, f"the kernel did not return within {timeout_s:g} s (killed)"
-        except WorkerDied as e:
-            return Status.RUNTIME_ERROR, _died_message(e)
-        except ProtocolViolation as e:
-            return Status.REJECTED, str(e)
-        if not reply.get("ok"):
-            return _failure_status(reply), reply.get("error", "call failed")
-        return Status.PASSED, ""
-
-    def _time(self, worker, args, warmup_args, plan: TimingPlan,
-              budget_s: float) -> tuple[list[float], list[list[float]], Status, str]:
-        t0 = time.perf_counter()
-        try:
-            reply = worker.request({"op": "call", "args": args, "warmup_args": warmup_args,
-                                    "timing": plan.model_dump()}, budget_s)
-        except WorkerTimeout:
-            return [], [], Status.TIMEOUT, f"timing did not finish within {budget_s:g} s (killed)"
-        except WorkerDied as e:
-            return [], [], Status.RUNTIME_ERROR, _died_message(e)
-        except ProtocolViolation as e:
-            return [], [], Status.REJECTED, str(e)
-        times, sums = reply.get("times_ms"), reply.get("sums")
-        wall_ms = (time.perf_counter() - t0) * 1e3
-        if not reply.get("ok") or not times or not isinstance(sums, list) or len(sums) != len(times):
-            return [], [], _failure_status(reply), reply.get("error", "timing failed")
-        times = [float(t) for t in times]
-        if min(times) <= 0 or sum(times) > wall_ms * 1.01 + 1.0:  # the worker's clock is not to be trusted
-            return [], [], Status.REJECTED, (f"impossible timings: {len(times)} calls reported {sum(times):.4g} ms "
-                                             f"in total (min {min(times):.3g} ms) within {wall_ms:.4g} ms")
-        return times, sums, Status.PASSED, ""
-
-    def _flush_bytes(self, wl: Workload) -> int:
+    def flush_bytes(self, wl: Workload) -> int:
         """Bytes to write between timed repeats to evict the caches: twice the last-level cache, or none when
         the workload's own data is already four times larger than that cache (it cannot stay cached)."""
         llc = self.hardware.last_level_cache_bytes() if self.hardware is not None else None
@@ -440,7 +379,35 @@ class Evaluator:
             return self.config.timing.flush_bytes
         return 0 if self.definition.cost_of(wl).bytes >= 4 * llc else 2 * llc
 
-    def _roofline(self, wl: Workload, res: WorkloadResult) -> None:
+    def flush_caches(self, wl: Workload) -> None:
+        """Evict the caches before a timed call (this process writes `flush_bytes`; the candidate's worker does
+        nothing it could skip)."""
+        nbytes = self.flush_bytes(wl)
+        if nbytes <= 0:
+            return
+        if self._flush is None or self._flush.nbytes != nbytes:
+            self._flush = np.empty(max(nbytes, 8) // 8, np.float64)
+        self._flush_value += 1.0
+        self._flush.fill(self._flush_value)
+
+    def _call(self, c: Contender, args: list[dict], timeout_s: float) -> tuple[Status, str]:
+        """One untimed call. Raises ExternalKill when the worker was killed from outside."""
+        try:
+            reply = c.worker.request({"op": "call", "args": args, "timing": None}, timeout_s)
+        except WorkerTimeout:
+            return Status.TIMEOUT, f"the kernel did not return within {timeout_s:g} s (killed)"
+        except WorkerDied as e:
+            if killed_from_outside(e):
+                raise ExternalKill(c.role, died_message(e)) from None
+            return Status.RUNTIME_ERROR, died_message(e)
+        except ProtocolViolation as e:
+            return Status.REJECTED, str(e)
+        if not reply.get("ok"):
+            return failure_status(reply), reply.get("error", "call failed")
+        return Status.PASSED, ""
+
+    def roofline_of(self, wl: Workload, res: WorkloadResult) -> None:
+        """Fill ``res``'s achieved GB/s and, with a hardware spec, its floor, bound and % of floor."""
         cost = self.definition.cost_of(wl)
         seconds = res.median_ms / 1e3
         res.achieved_gbs = cost.bytes / seconds / 1e9 if seconds > 0 else None
@@ -458,24 +425,224 @@ class Evaluator:
         res.pct_of_floor = pct_of_floor(seconds, roof.floor_s)
 
 
-def _uneven_timed_outputs(sums: list[list[float]], rtol: float = 1e-3) -> str:
-    """Why the timed calls' output summaries ([non-finite count, sum |x|] each; the last one's outputs were
-    verified against the reference) show that some timed call did not do the work, or ""."""
-    last = float(sums[-1][1])
-    for i, (bad, total) in enumerate(sums):
-        if bad:
-            return f"timed call {i + 1} of {len(sums)} left {int(bad)} output values non-finite (skipped work?)"
-        if not abs(float(total) - last) <= rtol * abs(last) + 1e-30:
-            return (f"timed call {i + 1} of {len(sums)} produced other outputs than the verified last one "
-                    f"(sum |x| {float(total):.6g} vs {last:.6g})")
-    return ""
+class _Session:
+    """The workers of one evaluation: the candidate's (started per workload as needed: a crash costs only that
+    workload) and its references' (started at the first timed workload, kept to the end)."""
 
+    def __init__(self, judge: Evaluator, candidate: Candidate, artifact: Path, selected: list[Workload],
+                 scratch: Path, references: list[Reference]):
+        self.judge, self.candidate, self.artifact, self.selected = judge, candidate, artifact, selected
+        self.scratch, self.references = scratch, references
+        self.cand: Contender | None = None
+        self.refs: list[Contender] | None = None
+        self.samples: list[dict] = []
+        self.wait_left = judge.config.busy_wait_s
 
-def _failure_status(reply: dict) -> Status:
-    """A failed call's status: RUNTIME_ERROR, unless the worker's runner said COMPILE_ERROR (Triton compiles at
-    the first call) or REJECTED (a defense in the worker caught the kernel). Nothing better can be claimed."""
-    status = reply.get("status")
-    return Status(status) if status in (Status.COMPILE_ERROR.value, Status.REJECTED.value) else Status.RUNTIME_ERROR
+    # -- workers ------------------------------------------------------------------------------------
+
+    def _start(self, role: str, candidate: Candidate, artifact: Path, ev: Evaluation | None) -> Contender | str:
+        """A loaded, calibrated worker for ``candidate``, or why it could not be had. Raises ExternalKill."""
+        judge = self.judge
+        out_dir = self.scratch / role
+        t_load = time.perf_counter()
+        worker = judge.start_worker(out_dir, artifact, len(self.selected))
+        c = Contender(role, candidate.id, worker, device=False, out_dir=out_dir)
+        try:
+            c.overhead = calibrate(worker)
+            reply = worker.request({"op": "load", "target": judge.target.name, "artifact": str(artifact),
+                                    "candidate": candidate.model_dump(mode="json"),
+                                    "definition": judge.definition.model_dump(mode="json")}, 60.0)
+        except (WorkerDied, WorkerTimeout, ProtocolViolation) as e:
+            worker.close()
+            if isinstance(e, WorkerDied) and killed_from_outside(e):
+                raise ExternalKill(role, died_message(e)) from None
+            status = Status.REJECTED if isinstance(e, ProtocolViolation) else Status.RUNTIME_ERROR
+            c.failure = (status, f"loading the kernel: {died_message(e) if isinstance(e, WorkerDied) else e}")
+            return c
+        if ev is not None:
+            ev.load_s = round((ev.load_s or 0.0) + time.perf_counter() - t_load, 3)
+            ev.sandbox = _sandbox_summary(reply.get("sandbox") or {})
+        if not reply.get("ok"):
+            status = failure_status(reply)  # COMPILE_ERROR: cuda's NVRTC, triton's import
+            if status is Status.COMPILE_ERROR and ev is not None:
+                ev.compile_log = str(reply.get("error", ""))
+            c.failure = (status, str(reply.get("error", "load failed")))
+            worker.close()
+            return c
+        c.device = bool(reply.get("device"))
+        return c
+
+    def _references(self) -> list[Contender]:
+        """The reference kernels' workers (built and started once per evaluation)."""
+        if self.refs is not None:
+            return [r for r in self.refs if r.failure is None]
+        self.refs = []
+        for ref in self.references:
+            same = next((c for c in self.refs if c.candidate_id == ref.candidate.id), None)
+            if same is not None:  # the parent is the best: one worker, a comparison for each role
+                same.aliases += (ref.role,)
+                continue
+            self.judge.progress(f"reference {ref.role} {ref.candidate.id}: building and loading")
+            built = self.judge.target.compile(ref.candidate, self.judge.definition, self.judge.config.compile_timeout_s)
+            if not built.ok:
+                self.refs.append(Contender(ref.role, ref.candidate.id, None, False, self.scratch / ref.role,
+                                           failure=(Status.COMPILE_ERROR, built.log[:300])))
+                continue
+            self.refs.append(self._start(ref.role, ref.candidate, built.artifact, None))
+        return [r for r in self.refs if r.failure is None]
+
+    def close(self) -> None:
+        for c in [self.cand, *(self.refs or [])]:
+            if c is not None and c.worker is not None:
+                c.worker.close()
+
+    # -- workloads ----------------------------------------------------------------------------------
+
+    def run(self, timing: bool | str, ev: Evaluation, with_speedup: bool) -> None:
+        judge = self.judge
+        for wl in self.selected:
+            if ev.workloads and judge.config.stop_on_failure and \
+                    any(r.status not in (Status.PASSED, Status.SKIPPED) for r in ev.workloads):
+                ev.workloads.append(WorkloadResult(workload=wl.label, status=Status.SKIPPED,
+                                                   message="not run: an earlier workload failed"))
+                continue
+            timed = timing if isinstance(timing, bool) else wl.purpose == timing
+            t_wl = time.perf_counter()
+            result = self._workload(wl, timed, ev)
+            result.wall_s = round(time.perf_counter() - t_wl, 3)
+            if with_speedup and result.median_ms:
+                result.speedup_vs_naive = self._speedup(wl, result)
+            ev.workloads.append(result)
+        if self.samples and self.references:
+            ev.paired = combine(self.samples, {r.role: r.candidate.id for r in self.references}, judge.config.timing)
+
+    def _workload(self, wl: Workload, timed: bool, ev: Evaluation) -> WorkloadResult:
+        """One workload, judged again on fresh workers once if a worker was killed from outside."""
+        for attempt in (1, 2):
+            try:
+                return self._one(wl, timed, ev)
+            except ExternalKill as e:
+                ev.infra_faults.append(f"{wl.label}: the {e.role}'s worker was killed from outside the judge "
+                                       f"({str(e).splitlines()[0]}); judged again on a fresh worker")
+                self.judge.progress(f"{wl.label}: a worker was killed from outside the judge; judging again")
+                self._drop_workers(e.role, final=attempt == 2)
+                if attempt == 2 and e.role == "candidate":
+                    return WorkloadResult(workload=wl.label, status=Status.RUNTIME_ERROR,
+                                          message=f"the worker was killed twice, on fresh workers ({e}); out of "
+                                                  "memory? (the OOM killer sends SIGKILL)")
+        return self._one(wl, timed, ev)  # a reference's worker was killed twice: it left; judge without it
+
+    def _drop_workers(self, role: str, final: bool) -> None:
+        """Close every worker after an outside kill; a reference killed a second time leaves the session."""
+        if self.cand is not None:
+            self.cand.worker.close()
+            self.cand = None
+        for r in self.refs or []:
+            if r.worker is not None:
+                r.worker.close()
+        if final and role != "candidate":
+            gone = {r.candidate.id for r in self.references if r.role == role}
+            self.references = [r for r in self.references if r.candidate.id not in gone]
+        self.refs = None
+
+    def _one(self, wl: Workload, timed: bool, ev: Evaluation) -> WorkloadResult:
+        judge = self.judge
+        if self.cand is None or self.cand.worker.proc.poll() is not None:
+            self.cand = self._start("candidate", self.candidate, self.artifact, ev)
+        res = WorkloadResult(workload=wl.label, status=Status.PASSED)
+        if self.cand.failure is not None:
+            res.status, res.message = self.cand.failure
+            self.cand = None
+            return res
+        meter = LoadMeter()
+        axes = judge.definition.axis_values(wl)
+        call = None
+        for seed in judge.config.seeds:
+            judge.progress(f"check {wl.label} ({res.checks + 1}/{len(judge.config.seeds)})")
+            call = judge.checked_call(self.cand, wl, seed, axes, res)
+            if call is None:
+                return self._failed(res)
+        if not timed:
+            return res
+        refs = self._references()
+        if self.cand.worker.proc.poll() is not None:
+            res.status, res.message = Status.RUNTIME_ERROR, "the worker exited after the checks"
+            return self._failed(res)
+        self._quiet(wl, meter.reading(), ev)
+        judge.progress(f"time {wl.label}" + (f" beside {', '.join(r.role for r in refs)}" if refs else ""))
+        timer = RoundTimer(judge, wl, axes, [self.cand, *refs], judge.config.timing, judge.config.timeout_s, call)
+        meter = LoadMeter()
+        timer.run(res, judge.timing_rounds_cap(wl))
+        res.load_cores = round(meter.reading().busy_cores, 2)
+        if res.status is not Status.PASSED:
+            return self._failed(res)
+        self.samples.append(timer.log_samples())
+        judge.roofline_of(wl, res)
+        if judge.config.floor_check and res.pct_of_floor is not None and res.pct_of_floor > 100:
+            self._below_floor(wl, axes, res)
+        return res
+
+    def _failed(self, res: WorkloadResult) -> WorkloadResult:
+        if res.status in (Status.TIMEOUT, Status.RUNTIME_ERROR, Status.REJECTED) and self.cand is not None:
+            self.cand.worker.close()
+            self.cand = None
+        return res
+
+    def _quiet(self, wl: Workload, reading, ev: Evaluation) -> None:
+        """Wait, with backoff, while other processes keep the machine busy (up to the evaluation's budget)."""
+        delay = 1.0
+        while reading.busy and self.wait_left > 0:
+            pause = min(delay, self.wait_left)
+            self.judge.progress(f"machine busy ({reading.describe()}): waiting {pause:g} s before timing {wl.label}")
+            meter = LoadMeter()
+            time.sleep(pause)
+            reading = meter.reading()
+            self.wait_left -= pause
+            ev.waited_s = round((ev.waited_s or 0.0) + pause, 1)
+            delay *= 2
+        if reading.busy:
+            self.judge.progress(f"timing {wl.label} on a busy machine ({reading.describe()}); the paired rounds "
+                                "and their interval decide, the load is recorded")
+
+    def _below_floor(self, wl: Workload, axes: dict[str, int], res: WorkloadResult) -> None:
+        """A time below the roofline floor: checked again on fresh inputs and timed alone on others; still below
+        the floor, REJECTED."""
+        judge = self.judge
+        first = f"{res.median_ms:.4g} ms ({res.pct_of_floor:.0f}% of the floor {res.floor_ms:.4g} ms)"
+        judge.progress(f"suspect: {wl.label} below the roofline floor; re-verifying on fresh inputs")
+        again = WorkloadResult(workload=wl.label, status=Status.PASSED)
+        call = judge.checked_call(self.cand, wl, secrets.randbits(62), axes, again)
+        if call is None:
+            res.status, res.message = again.status, again.message
+            return
+        fresh = secrets.randbits(40) << 20
+        timer = RoundTimer(judge, wl, axes, [self.cand], judge.config.timing, judge.config.timeout_s, call,
+                           seeds=lambda r: fresh + r)
+        timer.run(again, judge.timing_rounds_cap(wl))
+        if again.status is not Status.PASSED:
+            res.status, res.message = again.status, again.message
+            return
+        judge.roofline_of(wl, again)
+        if again.pct_of_floor is not None and again.pct_of_floor > 100:
+            res.status = Status.REJECTED
+            res.message = (f"faster than the roofline floor twice (first {first}, then {again.median_ms:.4g} ms on "
+                           f"fresh inputs): the timing cannot be trusted")
+        else:
+            res.message = f"first timing {first} was below the roofline floor; re-verified and re-timed"
+
+    def _speedup(self, wl: Workload, res: WorkloadResult) -> float | None:
+        """The candidate's speedup over the naive kernel on ``wl``: through a paired reference when there is one
+        (the best first, so that a candidate found faster than the best scores above it; then the naive kernel
+        itself, then the parent), else the naive kernel's stored time."""
+        by_role = {r.role: r for r in self.references}
+        order = sorted(res.paired, key=lambda p: (p.role != "best", by_role[p.role].speedups is not None))
+        for p in order:
+            ref = by_role[p.role]
+            base = 1.0 if ref.speedups is None else ref.speedups.get(wl.label)
+            if p.ratio and base:
+                return base * p.ratio
+        naive = self.judge.naive_ms.get(wl.label)
+        return naive / res.median_ms if naive else None
 
 
 def _sandbox_summary(report: dict) -> dict:
@@ -484,8 +651,3 @@ def _sandbox_summary(report: dict) -> dict:
             "hidden": report.get("hidden", []), "capabilities": report.get("capabilities"),
             "seccomp": bool(report.get("seccomp")), "limits": report.get("limits", {}),
             "errors": report.get("errors", [])}
-
-
-def _died_message(e: WorkerDied) -> str:
-    tail = e.stderr_tail.strip()
-    return describe_exit(e.returncode) + (f"\n{tail[-1500:]}" if tail else "")

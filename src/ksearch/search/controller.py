@@ -22,6 +22,7 @@ from ksearch.errors import KnowledgeError, LLMError, SearchError, StoreError
 from ksearch.eval.evaluator import EvalConfig, Evaluator
 from ksearch.eval.protocol import TimingPlan
 from ksearch.eval.records import Candidate, Evaluation, Status
+from ksearch.eval.timing import Reference
 from ksearch.llm.settings import LLMSettings
 from ksearch.proposers.base import Proposer
 from ksearch.search.edits import apply
@@ -93,10 +94,17 @@ def score_of(ev: Evaluation) -> float | None:
 
 
 def summarize(ev: Evaluation) -> EvalSummary:
+    """The tree's view of an evaluation: status, score, latencies, and the verdicts against the parent and the
+    best kernel when they were timed beside it (a reference that failed in the session gives no verdict)."""
     score = score_of(ev)
     status = ev.status.value if (score is not None or ev.status is not Status.PASSED) else "RUNTIME_ERROR"
+    verdicts = {p.role: p.verdict for p in ev.paired if p.verdict is not None}
+    intervals = {p.role: [p.ratio, p.lo, p.hi] for p in ev.paired if p.ratio is not None}
+    passed = status == Status.PASSED.value
     return EvalSummary(status=status, score=score,
-                       latency_ms={r.workload: r.median_ms for r in ev.workloads if r.median_ms is not None})
+                       latency_ms={r.workload: r.median_ms for r in ev.workloads if r.median_ms is not None},
+                       vs_parent=verdicts.get("parent") if passed else None,
+                       vs_best=verdicts.get("best") if passed else None, intervals=intervals if passed else {})
 
 
 def environment() -> dict:
@@ -272,7 +280,9 @@ class Controller:
             if previous is not None:  # identical kernel already judged in this run: reuse, don't re-run
                 evaluation, reused = previous, True
             else:
-                evaluation, reused = self.evaluator.evaluate(candidate, self.cfg.workloads, self.timing), False
+                evaluation = self.evaluator.evaluate(candidate, self.cfg.workloads, self.timing,
+                                                     references=self.references_for(node.parent_id))
+                reused = False
         summary = summarize(evaluation)
         tree = attach(self.tree, node_id, candidate.id if candidate else None, summary)
         state = update_state(self.state, tree, node_id, summary)
@@ -298,6 +308,27 @@ class Controller:
         return report
 
     # -- helpers ------------------------------------------------------------------------------------
+
+    def references_for(self, parent_id: str | None) -> list[Reference]:
+        """The kernels a child of ``parent_id`` is timed beside: its parent's (the naive kernel for a family
+        root) and the current best's (the same kernel may hold both roles), with the speedups they were
+        measured at."""
+        refs: list[Reference] = []
+        best = self.tree.best()
+        for role, node_id in (("parent", parent_id), ("best", best.id if best else None)):
+            if node_id is None:
+                continue
+            node = self.tree[node_id]
+            if node_id == ROOT_ID or node.candidate_id == self.tree.root.candidate_id:
+                cand, speedups = self.evaluator.naive_candidate(), None
+            else:
+                cand = self.store.candidate(node.candidate_id) if node.candidate_id else None
+                ev = self.store.evaluation_of(node.candidate_id) if cand else None
+                if cand is None or ev is None:
+                    continue
+                speedups = {r.workload: r.speedup_vs_naive for r in ev.workloads if r.speedup_vs_naive}
+            refs.append(Reference(role, cand, speedups))  # the parent that is the best: one worker, two roles
+        return refs
 
     def _candidate_of(self, node_id: str | None) -> Candidate | None:
         if node_id is None or node_id == ROOT_ID:

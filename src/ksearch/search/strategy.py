@@ -271,9 +271,10 @@ def update_state(
 ) -> SearchState:
     """Record one evaluation of an attempt at ``node_id``.
 
-    An evaluation *improves* when it passed, is not a regression (its score is not below the
-    parent's, `Tree.parent_score`) and beats the best score strictly; that resets both stagnation
-    counters. A regression is recorded in ``regressions`` and counts as no progress: it never
+    An evaluation *improves* when it passed, is not a regression and beats the best: with paired
+    timings, when it was found faster than the best beside it (``outcome.vs_best``) and not slower
+    than its parent (``outcome.vs_parent``); otherwise when its score is not below the parent's
+    (`Tree.parent_score`) and beats the best score strictly. That resets both stagnation counters. A regression is recorded in ``regressions`` and counts as no progress: it never
     becomes the best and does not reset stagnation. Moving to another branch restarts the branch
     counter.
 
@@ -291,8 +292,14 @@ def update_state(
     branch = tree.branch_of(node_id)
     parent = tree.parent_score(node_id)
     passed, new = outcome.passed, outcome.score or 0.0
-    regression = passed and parent is not None and new < parent
-    improved = passed and not regression and (state.best_score is None or new > state.best_score)
+    if outcome.vs_parent is not None:
+        regression = passed and outcome.vs_parent == "slower"
+    else:
+        regression = passed and parent is not None and new < parent
+    if outcome.vs_best is not None:
+        improved = passed and not regression and outcome.vs_best == "faster"
+    else:
+        improved = passed and not regression and (state.best_score is None or new > state.best_score)
     upd: dict = {"evaluations": state.evaluations + 1}
     branch_count = state.branch_since_improvement if branch == state.active_branch else 0
     if improved:

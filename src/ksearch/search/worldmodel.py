@@ -27,7 +27,7 @@ Node status, and what each one means:
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
@@ -105,11 +105,25 @@ class EvalSummary(Record):
         score: geometric-mean speedup over the baseline across workloads (> 0, 1.0 = baseline), or
             None when the candidate did not pass.
         latency_ms: per-workload median latency in milliseconds, keyed by workload id.
+        vs_parent: the verdict of the candidate against its parent's kernel timed beside it
+            (``faster`` | ``slower`` | ``tie``: a difference inside the interval is a tie), or None
+            when it was not timed beside its parent (then the scores decide, as before).
+        vs_best: the same against the best kernel when the candidate was judged (None: not timed beside it).
+        intervals: reference role -> [ratio, low, high] of reference time / candidate time over the timed
+            workloads (geometric mean; low/high the confidence interval, None when unbounded).
     """
 
     status: str
     score: float | None = Field(default=None, gt=0)
     latency_ms: dict[str, float] = Field(default_factory=dict)
+    vs_parent: Literal["faster", "slower", "tie"] | None = None
+    vs_best: Literal["faster", "slower", "tie"] | None = None
+    intervals: dict[str, list[float | None]] = Field(default_factory=dict)
+
+    @property
+    def paired(self) -> bool:
+        """True when the decisions about this candidate were made on paired timings."""
+        return self.vs_parent is not None or self.vs_best is not None
 
     @property
     def passed(self) -> bool:
@@ -323,10 +337,13 @@ class Tree(Record):
 
     def best(self) -> Node | None:
         """The solved node with the highest score (earliest on ties), the measured root included;
-        None when nothing is solved. Regressed nodes never count."""
+        None when nothing is solved. Regressed nodes never count, and neither does a node judged
+        beside the best of its time that was not found faster than it (``vs_best`` tie or slower:
+        its score, derived from that best's, may still come out a little higher)."""
         best, best_score = None, 0.0
         for n in self.nodes:
-            if n.status == NodeStatus.SOLVED and n.evaluation is not None:
+            if n.status == NodeStatus.SOLVED and n.evaluation is not None and \
+                    n.evaluation.vs_best in (None, "faster"):
                 if best is None or n.evaluation.score > best_score:  # type: ignore[operator]
                     best, best_score = n, n.evaluation.score  # type: ignore[assignment]
         return best
@@ -350,8 +367,10 @@ def attach(
     """Record what the controller measured for a node (the planner never calls this).
 
     Sets the node's candidate, evaluation and status: ``failed`` when the evaluation did not pass,
-    ``regressed`` when it passed with a score below ``parent_score``, else ``solved``. The root
-    may be attached too (the baseline; it is never a regression).
+    ``regressed`` when it passed but is slower than its parent (paired timings: the verdict
+    ``vs_parent == "slower"``, a tie is never a regression; unpaired: a score below
+    ``parent_score``), else ``solved``. The root may be attached too (the baseline; it is never a
+    regression).
 
     Args:
         tree: the world model.
@@ -382,6 +401,8 @@ def attach(
         parent_score = tree.parent_score(node_id)
     if not evaluation.passed:
         status = NodeStatus.FAILED
+    elif evaluation.vs_parent is not None:
+        status = NodeStatus.REGRESSED if evaluation.vs_parent == "slower" else NodeStatus.SOLVED
     elif parent_score is not None and evaluation.score < parent_score:  # type: ignore[operator]
         status = NodeStatus.REGRESSED
     else:
