@@ -135,6 +135,15 @@ def test_load_time_code_and_layout(change, rule, text):
     assert got and {f.rule for f in got} == {rule} and any(text in f.text for f in got), [str(f) for f in got]
 
 
+@pytest.mark.parametrize("name, family", [("clock_gettime", "timers and clocks"), ("memcpy", "memory and strings"),
+                                          ("expf", "math library"), ("GOMP_parallel", "OpenMP runtime")])
+def test_exported_definitions_with_a_librarys_name_are_refused(name, family):
+    got = found(facts(exported=["run", name, "helper_exp", "_ZNSt6vectorIfSaIfEE17_M_default_appendEm"]))
+    assert [(f.rule, f.text) for f in got] == [
+        ("interpose-libc", f"the built library defines {name!r}, a name of the libraries it links against")]
+    assert got[0].why.startswith(family + ":")
+
+
 # -- a real build, the policy file ----------------------------------------------------------------------------
 
 

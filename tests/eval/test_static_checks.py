@@ -40,11 +40,14 @@ def test_rules_load_and_every_rule_says_why():
 
 
 def _sample(task: str) -> list[tuple[str, Candidate]]:
-    """The task's naive kernel, each pack family's default path and two random paths (seeded by the task)."""
+    """The task's naive kernel, each pack family's default path and, for the first task of each pack, two
+    random paths (seeded by the task)."""
     t = load_task(task)
     out = [("naive", Candidate(target="cpu", sources={"kernel.c": t.naive_sources["cpu"]}))]
     pack = load_pack(t.definition.name, "cpu")
-    paths = [({"family": f.id}, {}) for f in pack.families] + random_paths(pack, 2, seed=len(task))
+    extra = random_paths(pack, 2, seed=len(task)) if task in ("selective-scan", "attention-prefill",
+                                                              "attention-decode") else []
+    paths = [({"family": f.id}, {}) for f in pack.families] + extra
     seen = set()
     for choices, knobs in paths:
         kernel = pack.render(t.definition, choices, knobs)
@@ -123,6 +126,10 @@ def test_honest_lookalikes_pass():
     ("process-control", "#include <stdlib.h>\nvoid run(void) { atexit(0); }"),
     ("streams", '#include <stdio.h>\nvoid run(void) { fprintf(stderr, "x"); }'),
     ("stack-walking", "void run(void) { void *r = __builtin_return_address(0); (void)r; }"),
+    ("timer", '#include <chrono>\nusing namespace std;\nextern "C" void run() { (void)chrono::steady_clock::now(); }'),
+    ("timer", '#include <chrono>\nusing namespace std::chrono;\nextern "C" void run() { (void)steady_clock::now(); }'),
+    ("streams", "#include <iostream>\nusing namespace std;\nextern \"C\" void run() { cout << 1; }"),
+    ("files", "#include <filesystem>\nnamespace fs = std::filesystem;\nextern \"C\" void run() { fs::remove(\"x\"); }"),
     ("interpose-libc", "#include <stddef.h>\nvoid *malloc(size_t n) { return 0; }\nvoid run(void) {}"),
     ("interpose-libc", "int clock_gettime(int c, void *t) { return 0; }\nvoid run(void) {}"),
     ("foreign-include", '#include "/etc/hostname"\nvoid run(void) {}'),
@@ -131,7 +138,15 @@ def test_hostile_snippets_are_caught(rule, snippet):
     if snippet is None:  # a flag the preprocessor's output depends on
         assert rule in rules_hit("void run(void) {}", compile_flags=["-C"])
         return
-    assert rule in rules_hit(snippet), [str(f) for f in findings(snippet)]
+    name = "kernel.cpp" if "extern \"C\" void run()" in snippet else "kernel.c"
+    assert rule in rules_hit(snippet, name=name), [str(f) for f in findings(snippet, name=name)]
+
+
+def test_a_stringified_name_is_a_string_and_a_pasted_one_a_name():
+    head = "#include <dlfcn.h>\n#define STR(x) #x\n#define CAT(a, b) a##b\n"
+    assert findings(head + "static const char *const k = STR(clock_gettime);\nvoid run(void) { (void)k; }") == []
+    assert "dynamic-loading" in rules_hit(head + "void run(void) { dlsym(RTLD_DEFAULT, STR(clock_gettime)); }")
+    assert "timer" in rules_hit(head + "void run(void) { void *p = (void *)&CAT(clock_, gettime); (void)p; }")
 
 
 def test_cxx_extern_c_block_and_line_numbers():

@@ -78,7 +78,9 @@ _ATTRIBUTE_START = re.compile(r"\b__attribute(?:__)?\s*\(|\[\s*\[|\b__declspec\s
 def attributes(code: str) -> list[tuple[int, str]]:
     """(0-based line index in ``code``, contents) of each attribute in C/C++ ``code`` (comments removed,
     strings blanked): ``__attribute__((...))`` and ``__attribute((...))`` (the outer parentheses dropped),
-    ``[[...]]`` and ``__declspec(...)``. An attribute never closed runs to the end of the code."""
+    ``[[...]]`` (also spelled with the digraphs ``<:`` ``:>``) and ``__declspec(...)``. An attribute never
+    closed runs to the end of the code."""
+    code = code.replace("<:", "[ ").replace(":>", "] ")  # the digraphs of [ and ]: <:<:gnu::constructor:>:>
     out = []
     for m in _ATTRIBUTE_START.finditer(code):
         opener = code[m.end() - 1]

@@ -12,6 +12,8 @@ Checked, in this order, each failure one `Finding` (rule id in brackets):
   DT_FILTER/DT_AUXILIARY (a filter loads another library in its place);
 - [linked-symbol] every undefined dynamic symbol (weak or not, whatever its version) is allowed by a family of
   the policy and not refused, and no version it asks for is ``GLIBC_PRIVATE``;
+- [interpose-libc] no exported C symbol the library defines has a name of a family of the policy or of a
+  source rule (``clock_gettime``, ``memcpy``, ``expf``): a definition that would replace the library's;
 - [load-time-code] every entry of .preinit_array/.init_array/.fini_array (as DT_*_ARRAY give them to the
   loader, relocations applied) calls a local function of the compiler's start-up files named in the policy,
   no more often than it allows; DT_INIT/DT_FINI are the policy's ``_init``/``_fini``; no function of the
@@ -163,6 +165,8 @@ class ElfFacts:
     search_tags: list[tuple[str, str]] = field(default_factory=list)
     #: (name, version or "", file of the version requirement or "") per undefined dynamic symbol
     undefined: list[tuple[str, str, str]] = field(default_factory=list)
+    #: names of the dynamic symbols the library defines and exports (default or protected visibility)
+    exported: list[str] = field(default_factory=list)
     version_files: set[str] = field(default_factory=set)
     #: per array (init_array, fini_array, preinit_array): each entry's target, a Symbol or a description
     arrays: dict[str, list[Symbol | str]] = field(default_factory=dict)
@@ -225,7 +229,12 @@ def read_elf(path: Path) -> ElfFacts:
                 versym = sec
         if isinstance(dynsym, SymbolTableSection):
             for i, sym in enumerate(dynsym.iter_symbols()):
-                if i == 0 or sym["st_shndx"] != "SHN_UNDEF":
+                if i == 0:
+                    continue
+                if sym["st_shndx"] != "SHN_UNDEF":
+                    if sym["st_info"]["bind"] != "STB_LOCAL" and sym["st_other"]["visibility"] in (
+                            "STV_DEFAULT", "STV_PROTECTED"):
+                        facts.exported.append(sym.name)
                     continue
                 ndx = versym.get_symbol(i)["ndx"] if versym is not None else 0
                 ver, lib = versions.get(ndx & 0x7FFF, ("", "")) if isinstance(ndx, int) else ("", "")
@@ -341,6 +350,21 @@ def check(policy: SymbolPolicy, facts: ElfFacts, candidate, rules, target: str) 
             continue
         family, why = _explain(name, refusing, policy, rules)
         add("linked-symbol", f"linked symbol {name!r} is not allowed for {target} kernels", f"{family}: {why}", name)
+
+    for name in dict.fromkeys(facts.exported):
+        if name.startswith("_Z"):  # C++: template and inline members the kernel instantiated are its own copies
+            continue
+        family = next((f for f in policy.symbols + policy.refused if f.regex.fullmatch(name)), None)
+        if family is not None:
+            what = (family.family, family.why)
+        else:
+            rule = next((r for r in rules if r.view == "code" and (r.pattern or r.names) and r.regex.fullmatch(name)),
+                        None)
+            if rule is None:
+                continue
+            what = (rule.family or rule.id, rule.why)
+        add("interpose-libc", f"the built library defines {name!r}, a name of the libraries it links against",
+            f"{what[0]}: {what[1]}; a definition could replace the library's for whoever calls it by name", name)
 
     own = set(candidate.sources)
     lt = policy.load_time

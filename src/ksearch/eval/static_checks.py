@@ -156,7 +156,8 @@ class Rule(BaseModel):
         """The rule's pattern and its names as one regular expression."""
         if not self.names:
             return _compiled(self.pattern)  # as written: it may start with global flags such as (?s)
-        return _compiled("|".join(f"(?:{p})" for p in [names_pattern(self.names)] + [self.pattern] * bool(self.pattern)))
+        parts = [names_pattern(self.names)] + ([self.pattern] if self.pattern else [])
+        return _compiled("|".join(f"(?:{p})" for p in parts))
 
 
 @lru_cache(maxsize=256)

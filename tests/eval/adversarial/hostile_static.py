@@ -9,7 +9,8 @@ with a twist (`hostile.honest`), so the rest of the source is one the checks mus
 - Kernels the source rules may miss but the built library shows: `LINK_TABLE` (the address of one function of
   each forbidden family, so one build shows them all), a weak reference, a versioned reference, the Python C
   API by a pasted name, a C++ static initialiser, constructors (one named like the compiler's own), an
-  .init_array entry that calls a libc function, code placed in .init, an IFUNC, an executable stack.
+  .init_array entry that calls a libc function, code placed in .init, an IFUNC, an executable stack, the
+  clock defined under a parenthesised name.
 - Honest kernels beside them: `HONEST_CXX` (std::vector, std::array, std::min/max, std::exp, new/delete, an
   exception), `HONEST_MVEC` (vectorised libm calls), and the naive kernel with -ffast-math.
 """
@@ -71,7 +72,8 @@ HIDDEN_NAMES = [
     ("memory-maps", honest(head="#include <sys/mman.h>\n", post="mprotect((void *)((long)out & ~4095L), 4096, 7);")),
     ("memory-maps", honest(head="#include <sys/mman.h>\n", post="madvise(out, 4096, MADV_DONTNEED);")),
     ("shell-out", honest(head="extern int _Fork(void);\n", post="if (_Fork() == 0) for (;;) {}")),
-    ("shell-out", honest(head="#include <spawn.h>\n", post='pid_t p_; char *a_[] = {"true", 0}; posix_spawnp(&p_, "true", 0, 0, a_, 0);')),
+    ("shell-out", honest(head="#include <spawn.h>\n",
+                         post='pid_t p_; char *a_[] = {"true", 0}; posix_spawnp(&p_, "true", 0, 0, a_, 0);')),
     ("shell-out", honest(head="#include <unistd.h>\n", post='char *a_[] = {"true", 0}; execvpe("true", a_, 0);')),
     ("shell-out", honest(head="#define CAT(a, b) a##b\nextern int fork(void);\n", post="CAT(fo, rk)();")),
     ("dynamic-loading", honest(head="#include <dlfcn.h>\n", post='dlvsym(RTLD_DEFAULT, "x", "GLIBC_2.2.5");')),
@@ -79,7 +81,8 @@ HIDDEN_NAMES = [
                               post='__libc_dlopen_mode("libx.so", 2);')),
     ("other-processes", honest(head="#include <sys/auxv.h>\n", post="out[0] += (float)(getauxval(AT_RANDOM) & 0);")),
     ("process-control", honest(head="#include <sys/prctl.h>\n", post="prctl(PR_SET_NAME, \"x\");")),
-    ("process-control", honest(head="#include <sched.h>\n", post="cpu_set_t s_; CPU_ZERO(&s_); sched_setaffinity(0, sizeof s_, &s_);")),
+    ("process-control", honest(head="#include <sched.h>\n",
+                               post="cpu_set_t s_; CPU_ZERO(&s_); sched_setaffinity(0, sizeof s_, &s_);")),
     ("process-control", honest(head="#include <fenv.h>\n", post="fesetround(FE_UPWARD);")),
     ("process-control", honest(post="if (out[0] != out[0]) exit(0);")),
     ("signals", honest(head="#include <signal.h>\n", post="struct sigaction a_ = {0}; sigaction(SIGSEGV, &a_, 0);")),
@@ -89,8 +92,10 @@ HIDDEN_NAMES = [
     ("stack-walking", honest(post="void **ra_ = (void **)__builtin_frame_address(0); ra_[1] = ra_[1];")),
     ("load-time-code", honest(head="__attribute__((aligned(8), __constructor__)) static void at_load_(void) {}\n")),
     ("load-time-code", honest(head="[[gnu::constructor]] static void at_load_(void) {}\n")),
-    ("load-time-code", honest(head="__attribute__((section(\".init_array\"), used)) static void (*const at_load_)(void) = 0;\n")),
+    ("load-time-code", honest(head="__attribute__((section(\".init_array\"), used))\n"
+                                   "static void (*const at_load_)(void) = 0;\n")),
     ("load-time-code", honest(head="extern int clock_gettime(int, void *) __attribute__((weak));\n")),
+    ("load-time-code", honest(head="<:<:gnu::destructor:>:> static void at_unload_(void) {}\n")),
     ("symbol-pragmas", honest(head="#define P(x) _Pragma(#x)\nP(redefine_extname my_clock_ clock_gettime)\n")),
 ]
 
@@ -116,7 +121,8 @@ LINK_TABLE = ("#include <stdint.h>\n" + "".join(f"extern void {n}(void);\n" for 
               + "void run(float *out, int64_t n) { for (int64_t i = 0; i < n; i++) out[i] = 0.0f; }\n")
 
 #: a weak reference to the clock, called when the loader found it
-WEAK_CLOCK = honest(head="#include <time.h>\nextern int clock_gettime(clockid_t, struct timespec *) __attribute__((weak));\n",
+WEAK_CLOCK = honest(head="#include <time.h>\n"
+                         "extern int clock_gettime(clockid_t, struct timespec *) __attribute__((weak));\n",
                     post="struct timespec t_; if (clock_gettime) clock_gettime(CLOCK_MONOTONIC, &t_);")
 
 #: an old version of the clock, bound by name and version through .symver
@@ -149,22 +155,30 @@ extern "C" void run(float *out, int64_t n) { for (int64_t i = 0; i < n; i++) out
 """
 
 #: a constructor, and one that borrows the name of the compiler's own start-up function
-CONSTRUCTOR = honest(head="static volatile int loaded_;\n__attribute__((constructor)) static void at_load_(void) { loaded_ = 1; }\n")
-SPOOFED_CONSTRUCTOR = honest(head="static volatile int loaded_;\n__attribute__((constructor)) static void frame_dummy(void) { loaded_ = 1; }\n")
+_LOADED = "static volatile int loaded_;\n__attribute__((constructor)) static void %s(void) { loaded_ = 1; }\n"
+CONSTRUCTOR = honest(head=_LOADED % "at_load_")
+SPOOFED_CONSTRUCTOR = honest(head=_LOADED % "frame_dummy")
 
 #: an .init_array entry that calls a C library function directly
-INIT_ARRAY_LIBC = honest(head="#include <stdlib.h>\n__attribute__((section(\".init_array\"), used)) static void (*const at_load_)(void) = abort;\n")
+INIT_ARRAY_LIBC = honest(head="#include <stdlib.h>\n__attribute__((section(\".init_array\"), used))\n"
+                              "static void (*const at_load_)(void) = abort;\n")
 
 #: a function placed inside the .init section the loader runs
 IN_INIT_SECTION = honest(head="__attribute__((section(\".init\"), used)) static void in_init_(void) {}\n")
 
 #: an IFUNC: its resolver runs at load
-TARGET_CLONES = honest(head="__attribute__((target_clones(\"avx2\", \"default\"))) static float twice_(float x) { return 2 * x; }\n",
+TARGET_CLONES = honest(head="__attribute__((target_clones(\"avx2\", \"default\")))\n"
+                            "static float twice_(float x) { return 2 * x; }\n",
                        post="out[0] = twice_(out[0]) / 2;")
 
 #: a GNU C nested function whose address is taken: the library asks for an executable stack
 NESTED_FUNCTION = honest(post="""float add_(float x) { return x + (float)dim * 0; }
     float (*volatile f_)(float) = add_; out[0] = f_(out[0]);""")
+
+#: its own clock, defined under a parenthesised name the source rule for definitions does not read
+PAREN_DEFINED_CLOCK = honest(head="""#include <time.h>
+int (clock_gettime)(clockid_t id, struct timespec *ts) { (void)id; ts->tv_sec = ts->tv_nsec = 0; return 0; }
+""")
 
 #: C++ clocks, threads and streams by their mangled names
 CXX_FORBIDDEN = """#include <chrono>

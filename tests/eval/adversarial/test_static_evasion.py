@@ -125,6 +125,14 @@ def test_an_executable_stack_is_refused():
     assert [f.text for f in got] == ["the built library asks for an executable stack"], [str(f) for f in got]
 
 
+def test_a_clock_defined_under_a_parenthesised_name_is_refused_in_the_built_library():
+    c = cand(h.PAREN_DEFINED_CLOCK)
+    assert "interpose-libc" not in rules_hit(c)  # the definitions view reads `name(`, not `(name)(`
+    got = [f for f in sc.check_artifact("cpu", built(c), c) if f.rule == "interpose-libc"]
+    assert [f.text for f in got] == ["the built library defines 'clock_gettime', a name of the libraries it links "
+                                     "against"]
+
+
 def test_cxx_clocks_threads_and_streams_are_refused_by_their_mangled_names():
     got = artifact_findings(h.CXX_FORBIDDEN, name="kernel.cpp")
     families = {f.why.split(":")[0] for f in got if f.rule == "linked-symbol"}
