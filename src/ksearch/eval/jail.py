@@ -1,27 +1,35 @@
-"""Inside the worker, before any candidate code loads: namespaces, a read-only file system, no privileges.
+"""Inside the worker (and the compiler), before any candidate code runs: namespaces, a reduced read-only file
+system, no privileges.
 
 `enter` runs first in ``python -m ksearch.eval.worker``, single-threaded, with the policy the controller gave
-on the command line (see `sandbox.Policy`). Linux only; every step that the system refuses is skipped and
-reported, never fatal. What it does, in order:
+on the command line (see `sandbox.Policy`); `launch` is the compile jail's launcher (`ksearch.eval.compile_jail`),
+which enters the jail and then execs the compiler. Linux only;
+every step that the system refuses is skipped and reported, never fatal. What it does, in order:
 
 1. ``unshare(2)`` new user, mount, network, PID and IPC namespaces (without the user namespace when that is
    refused and we are root; nothing when both are refused). The process (P0) forks P1, the PID namespace's
    init, and waits for it; P0 dies by the same signal as the worker, so the controller sees the worker's
    own exit status.
-2. P1 (PID 1) makes every mount private, mounts a fresh /proc (only the namespace's processes are visible),
-   sets the namespace's ``pid_max``, masks the directories to hide (the invoking user's home) with an empty
-   tmpfs (re-exposing read-only the interpreter, ksearch and the compile cache when they live there), mounts
-   a size-limited tmpfs on the candidate's home directory, then remounts every mount read-only, nosuid,
-   nodev, except: that tmpfs and the output files (read-write), and /dev/null, zero, full, random, urandom
-   (device access kept). It forks P2 and waits; when P2 exits, P1 exits and the kernel kills whatever is
-   left in the namespace (escaped, re-parented or daemonized descendants included).
-3. P2 (the worker) drops every capability (bounding set, permitted, effective, inheritable, ambient), sets
-   no-new-privileges, installs a seccomp filter (x86-64 only) that refuses new processes (threads are
-   allowed), exec, sockets, ptrace and cross-process memory access, namespace and mount calls, module
-   loading, reboot, kexec, bpf, perf and keyrings; then sets resource limits (core 0, address space, file
-   size, CPU time, process count) and returns its report to the worker loop.
+2. P1 (PID 1) makes every mount private, mounts a fresh /proc (only the namespace's processes are visible)
+   and sets the namespace's ``pid_max``. With ``view="reduced"`` (`_reduced_view`) it assembles a new root
+   on a tmpfs: read-only bind mounts of the paths the policy names (the system's libraries, the interpreter,
+   ksearch, the build, the inputs; never ``/`` nor a directory holding the invoking user's home), read-write
+   bind mounts of the output files (or the build directory), the usable device nodes, a fresh /proc and a
+   size-limited tmpfs as home, symbolic links on the way recreated, and pivot_roots into it, detaching the
+   host's tree. Otherwise (``view="host"``, or when the new root fails) it masks the user's home with an
+   empty tmpfs (re-exposing what the worker needs) and remounts every mount read-only, nosuid, nodev, except
+   the home tmpfs, the output files and /dev/null, zero, full, random, urandom. It forks P2 and waits; when
+   P2 exits, P1 exits and the kernel kills whatever is left in the namespace (escaped, re-parented or
+   daemonized descendants included).
+3. P2 (the worker, or the compiler about to be exec'd) drops every capability (bounding set, permitted,
+   effective, inheritable, ambient), sets no-new-privileges, installs a seccomp filter (x86-64 only; the
+   ``worker`` profile refuses new processes (threads are allowed), exec, sockets, ptrace and cross-process
+   memory access, namespace and mount calls, module loading, reboot, kexec, bpf, perf and keyrings; the
+   ``compile`` profile allows fork, exec and signals, nothing else more); then sets resource limits (core 0,
+   address space, file size, CPU time, process count) and returns its report.
 
-Without the namespaces (step 1 refused) steps 2 is skipped and step 3 runs in P0 itself.
+Without the namespaces (step 1 refused) steps 2 is skipped and step 3 runs in P0 itself. Everything this
+module needs is imported before the new root hides the interpreter (the compile jail's view holds none).
 """
 
 from __future__ import annotations
@@ -29,11 +37,12 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import platform
 import resource
 import signal
 import struct
 import sys
+
+from ksearch.eval.jail_fs import check, file_system, libc, write_file
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -42,15 +51,9 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 CLONE_THREAD = 0x00010000
 
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
 PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 22, 38, 47, 4
 SECCOMP_MODE_FILTER = 2
-
-#: device files a kernel may still open (everything else under /dev is nodev)
-DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
 #: x86-64 system calls the seccomp filter refuses with EPERM (numbers from the kernel's syscall_64.tbl);
 #: clone is allowed only with CLONE_THREAD, clone3 answers ENOSYS so that libc falls back to clone.
@@ -66,32 +69,15 @@ _X86_64_DENY = {
     "pidfd_send_signal": 424, "pidfd_getfd": 438,
 }
 _X86_64_CLONE, _X86_64_CLONE3, _X86_64_KILL, _X86_64_TGKILL = 56, 435, 62, 234
+#: what the compile's profile allows of `_X86_64_DENY` (the driver starts cc1, as, collect2 and ld)
+_COMPILE_ALLOWS = {"fork", "vfork", "execve", "execveat", "tkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"}
+#: clone flags that make new namespaces (CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET)
+_CLONE_NAMESPACES = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 _AUDIT_ARCH_X86_64 = 0xC000003E
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
-_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-
-
-def _check(ret: int, what: str) -> None:
-    if ret != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"{what}: {os.strerror(e)}")
-
-
-def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = (lambda s: s.encode() if s is not None else None)
-    _check(_libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
 
 
 def _prctl(option: int, arg2: int = 0, arg3: int = 0) -> None:
-    _check(_libc.prctl(option, arg2, arg3, 0, 0), f"prctl({option})")
-
-
-def _write(path: str, text: str) -> None:
-    with open(path, "w") as f:
-        f.write(text)
+    check(libc.prctl(option, arg2, arg3, 0, 0), f"prctl({option})")
 
 
 # -- step 1: namespaces -----------------------------------------------------------------------------------
@@ -100,11 +86,11 @@ def _write(path: str, text: str) -> None:
 def _unshare(with_user: bool) -> None:
     uid, gid = os.geteuid(), os.getegid()
     flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | (CLONE_NEWUSER if with_user else 0)
-    _check(_libc.unshare(flags), "unshare")
+    check(libc.unshare(flags), "unshare")
     if with_user:  # we become root of the new namespace, mapped to the same outside user
-        _write("/proc/self/setgroups", "deny")
-        _write("/proc/self/uid_map", f"0 {uid} 1")
-        _write("/proc/self/gid_map", f"0 {gid} 1")
+        write_file("/proc/self/setgroups", "deny")
+        write_file("/proc/self/uid_map", f"0 {uid} 1")
+        write_file("/proc/self/gid_map", f"0 {gid} 1")
 
 
 def _namespaces(policy: dict, report: dict) -> bool:
@@ -154,85 +140,6 @@ def _wait_and_mirror(child: int, devnull: int) -> None:
 # -- step 2: the namespace's init and its file system -----------------------------------------------------
 
 
-def _mountinfo() -> list[tuple[str, set[str]]]:
-    """(mount point, per-mount options) of every mount, in mount order."""
-    out = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            point = fields[4].encode().decode("unicode_escape")  # \040 etc.
-            out.append((point, set(fields[5].split(","))))
-    return out
-
-
-def _hide(dirs: list[str], keep: list[str], report: dict) -> None:
-    """Cover each directory with an empty tmpfs; bind the kept paths inside it back, read-only later."""
-    for d in dirs:
-        d = os.path.realpath(d)
-        if not os.path.isdir(d) or d == "/":
-            continue
-        inside = sorted({os.path.realpath(k) for k in keep
-                         if os.path.realpath(k).startswith(d + "/") and os.path.exists(k)})
-        if any(os.path.realpath(k) in (d,) or d.startswith(os.path.realpath(k) + "/") for k in keep):
-            report["errors"].append(f"hide {d}: a path the worker needs contains it; not hidden")
-            continue
-        inside = [k for k in inside if not any(k != o and k.startswith(o + "/") for o in inside)]
-        fds = [os.open(k, os.O_PATH) for k in inside]
-        try:
-            _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
-            for k, fd in zip(inside, fds):
-                if os.path.isdir(f"/proc/self/fd/{fd}"):
-                    os.makedirs(k, exist_ok=True)
-                else:
-                    os.makedirs(os.path.dirname(k), exist_ok=True)
-                    open(k, "w").close()
-                _mount(f"/proc/self/fd/{fd}", k, None, MS_BIND | MS_REC)
-            report["hidden"].append(d)
-        except OSError as e:
-            report["errors"].append(f"hide {d}: {e}")
-            _libc.umount2(d.encode(), 2)  # MNT_DETACH: undo the mask rather than break the worker
-        finally:
-            for fd in fds:
-                os.close(fd)
-
-
-def _file_system(policy: dict, report: dict) -> None:
-    """Step 2's mounts (we are PID 1 of the new namespaces, with capabilities over the mount namespace)."""
-    _mount("none", "/", None, MS_REC | MS_PRIVATE)  # nothing we do here may propagate to the host
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    try:
-        _write("/proc/sys/kernel/pid_max", str(int(policy.get("pid_max", 1024))))
-        report["pid_max"] = int(policy.get("pid_max", 1024))
-    except OSError as e:  # per-namespace pid_max needs Linux 6.14
-        report["errors"].append(f"pid_max: {e}")
-    _hide(policy.get("hide", []), policy.get("keep", []), report)
-    home = policy["home"]
-    _mount("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(policy.get('home_bytes', 256 << 20))},mode=700")
-    writable = [p for p in policy.get("writable", []) if os.path.isfile(p)]
-    gpu = [d for d in policy.get("devices", []) if os.path.exists(d)]  # Policy(gpu=True): /dev/nvidia*
-    for path in writable + [d for d in DEVICES if os.path.exists(d)] + gpu:
-        _mount(path, path, None, MS_BIND)
-    failed = []
-    for point, opts in _mountinfo():
-        flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | (MS_NOEXEC if "noexec" in opts else 0)
-        try:
-            _mount(None, point, None, flags)
-        except OSError as e:
-            if e.errno not in (errno.ENOENT, errno.EACCES) or point in ("/", "/dev/shm", "/tmp"):
-                failed.append(f"{point}: {e.strerror}")
-    for path in [home] + writable:
-        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
-    for path in DEVICES:
-        if os.path.exists(path):
-            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_RDONLY)
-    for path in gpu:  # usable device nodes (no nodev); the driver's /proc/driver/nvidia and /sys stay readable
-        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_NOSUID)
-    report["devices"] = gpu
-    report["errors"] += [f"read-only remount {f}" for f in failed]
-    report["read_only_fs"] = not any(f.startswith(("/:", "/dev/shm:", "/tmp:")) for f in failed)
-    report["writable"] = [home] + writable
-
-
 def _init_exit_code(status: int) -> int:
     code = os.waitstatus_to_exitcode(status)
     return 128 + (-code) if code < 0 else min(code, 127)
@@ -271,14 +178,14 @@ def _drop_capabilities(report: dict, privileged: bool) -> None:
     except OSError:
         last = 40
     for cap in range(last + 1):
-        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() not in (errno.EINVAL,):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() not in (errno.EINVAL,):
             if not privileged:  # an ordinary user outside any user namespace: nothing to drop
                 break
             report["errors"].append(f"capability bounding set: cannot drop {cap}")
             break
-    _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     data = (_CapData * 2)()
-    _check(_libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), data), "capset")  # _LINUX_CAPABILITY_VERSION_3
+    check(libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), data), "capset")  # _LINUX_CAPABILITY_VERSION_3
     report["capabilities"] = "none"
 
 
@@ -303,30 +210,36 @@ def _assemble(prog: list[tuple]) -> bytes:
     return b"".join(out)
 
 
-def _seccomp_program(own_pid: int) -> bytes | None:
+def _seccomp_program(own_pid: int, profile: str = "worker") -> bytes | None:
     """The filter as bytes (struct sock_filter[]), or None on an architecture we have no table for.
 
-    Denied calls answer EPERM; clone is allowed only with CLONE_THREAD; clone3 answers ENOSYS so that libc
-    falls back to clone; kill and tgkill only aimed at ``own_pid``; x32 calls and other ABIs are refused.
+    Denied calls answer EPERM; clone3 answers ENOSYS so that libc falls back to clone; x32 calls and other
+    ABIs are refused. ``worker``: clone only with CLONE_THREAD (threads, no processes), kill and tgkill
+    only aimed at ``own_pid``. ``compile``: the compiler driver runs cc1, as and ld, so fork, vfork, exec
+    and signals are allowed (the PID namespace confines them), and clone is refused only with a namespace
+    flag; everything else of `_X86_64_DENY` stays refused (sockets, ptrace, mounts, ...).
     """
-    if platform.machine() not in ("x86_64", "AMD64"):
+    if os.uname().machine not in ("x86_64", "AMD64"):
         return None
     allow, eperm, enosys, kill = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS, 0x80000000
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    worker = profile == "worker"
     prog: list[tuple] = [
         (ld, 0, 0, 4), (jeq, 1, 0, _AUDIT_ARCH_X86_64), (ret, 0, 0, kill),
         (ld, 0, 0, 0), (jge, "deny", 0, 0x40000000),
         (jeq, "clone", 0, _X86_64_CLONE), (jeq, "nosys", 0, _X86_64_CLONE3),
-        (jeq, "self", 0, _X86_64_KILL), (jeq, "self", 0, _X86_64_TGKILL),
     ]
-    prog += [(jeq, "deny", 0, nr) for nr in sorted(set(_X86_64_DENY.values()))]
-    prog += [
-        (ret, 0, 0, allow),
-        ("label", "clone"), (ld, 0, 0, 16), (jset, 0, "deny", CLONE_THREAD), (ret, 0, 0, allow),
-        ("label", "self"), (ld, 0, 0, 16), (jeq, 0, "deny", own_pid), (ret, 0, 0, allow),
-        ("label", "nosys"), (ret, 0, 0, enosys),
-        ("label", "deny"), (ret, 0, 0, eperm),
-    ]
+    if worker:
+        prog += [(jeq, "self", 0, _X86_64_KILL), (jeq, "self", 0, _X86_64_TGKILL)]
+    denied = _X86_64_DENY if worker else {k: v for k, v in _X86_64_DENY.items() if k not in _COMPILE_ALLOWS}
+    prog += [(jeq, "deny", 0, nr) for nr in sorted(set(denied.values()))]
+    prog += [(ret, 0, 0, allow), ("label", "clone"), (ld, 0, 0, 16)]
+    if worker:
+        prog += [(jset, 0, "deny", CLONE_THREAD), (ret, 0, 0, allow),
+                 ("label", "self"), (ld, 0, 0, 16), (jeq, 0, "deny", own_pid), (ret, 0, 0, allow)]
+    else:
+        prog += [(jset, "deny", 0, _CLONE_NAMESPACES), (ret, 0, 0, allow)]
+    prog += [("label", "nosys"), (ret, 0, 0, enosys), ("label", "deny"), (ret, 0, 0, eperm)]
     return _assemble(prog)
 
 
@@ -334,15 +247,18 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def _seccomp(report: dict) -> None:
-    prog = _seccomp_program(os.getpid())
+def _seccomp(report: dict, profile: str) -> None:
+    prog = _seccomp_program(os.getpid(), profile)
     if prog is None:
-        report["errors"].append(f"seccomp: no system call table for {platform.machine()}")
+        report["errors"].append(f"seccomp: no system call table for {os.uname().machine}")
         return
     buf = ctypes.create_string_buffer(prog, len(prog))
     fprog = _SockFprog(len(prog) // 8, ctypes.addressof(buf))
-    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0), "seccomp")
-    report["seccomp"] = sorted(_X86_64_DENY) + ["clone without CLONE_THREAD", "clone3", "kill/tgkill of others"]
+    check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0), "seccomp")
+    if profile == "worker":
+        report["seccomp"] = sorted(_X86_64_DENY) + ["clone without CLONE_THREAD", "clone3", "kill/tgkill of others"]
+    else:
+        report["seccomp"] = sorted(set(_X86_64_DENY) - _COMPILE_ALLOWS) + ["clone with a namespace flag", "clone3"]
 
 
 def _user_tasks(uid: int) -> int:
@@ -390,26 +306,27 @@ def _lock_down(policy: dict, report: dict) -> None:
     try:
         _prctl(PR_SET_NO_NEW_PRIVS, 1)
         if policy.get("seccomp", True):
-            _seccomp(report)
+            _seccomp(report, policy.get("seccomp_profile", "worker"))
         else:
             report["errors"].append("seccomp: switched off")
     except OSError as e:
         report["errors"].append(str(e))
     _limits(policy, report)
-    home = policy.get("home")
-    if home:
-        os.chdir(home)  # again: a tmpfs may now cover the directory we started in
+    cwd = policy.get("cwd") or policy.get("home")
+    if cwd:
+        os.chdir(cwd)  # again: a tmpfs or a new root may now cover the directory we started in
 
 
 def enter(policy: dict) -> dict:
     """Sandbox this process as `policy` says; returns (in the worker only) what was enforced.
 
-    The report: ``namespaces`` (list), ``read_only_fs`` (bool), ``writable`` (paths), ``hidden`` (paths),
-    ``capabilities``, ``seccomp`` (refused calls), ``limits`` (name -> value), ``pid_max``, ``errors``
-    (every step the system refused, in words).
+    The report: ``namespaces`` (list), ``read_only_fs`` (bool), ``view`` (with ``view="reduced"``: the
+    host paths still visible; empty: all of the host's file system), ``writable`` (paths), ``hidden``
+    (paths), ``capabilities``, ``seccomp`` (refused calls), ``limits`` (name -> value), ``pid_max``,
+    ``errors`` (every step the system refused, in words).
     """
-    report: dict = {"namespaces": [], "read_only_fs": False, "writable": [], "hidden": [], "capabilities": "kept",
-                    "seccomp": [], "limits": {}, "pid_max": None, "errors": []}
+    report: dict = {"namespaces": [], "read_only_fs": False, "view": [], "writable": [], "hidden": [],
+                    "capabilities": "kept", "seccomp": [], "limits": {}, "pid_max": None, "errors": []}
     # die with the controller: a killed `ksearch` must not leave a kernel running (with namespaces, this
     # process's death then takes the namespace's init, and so everything in it, along)
     parent = os.getppid()
@@ -426,7 +343,7 @@ def enter(policy: dict) -> dict:
             _wait_and_mirror(init, devnull)  # never returns
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         try:
-            _file_system(policy, report)
+            file_system(policy, report)
         except OSError as e:
             report["errors"].append(f"file system: {e}")
         worker = os.fork()
@@ -438,3 +355,29 @@ def enter(policy: dict) -> dict:
         report["errors"].append("running as root without namespaces: writes anywhere are possible")
     _lock_down(policy, report)
     return report
+
+
+def launch(args: list[str]) -> int:
+    """The compile jail's launcher (`ksearch.eval.compile_jail.LAUNCHER`): ``args`` are ``'<policy JSON>'
+    <report fd> -- <exe> <argv0> <args...>``. Enters the jail, writes the report (JSON) to the descriptor and
+    execs ``exe`` with ``argv0 args...``. This module and `jail_fs` import only the standard library, all of
+    it before the new root hides the interpreter. Returns 127 (after a line on stderr) when the exec fails."""
+    import json
+
+    if len(args) < 5 or args[2] != "--":
+        print("usage: python -m ksearch.eval.jail '<policy JSON>' <report fd> -- <exe> <argv0> [args...]",
+              file=sys.stderr)
+        return 2
+    policy, report_fd, exe, argv = json.loads(args[0]), int(args[1]), args[3], args[4:]
+    report = enter(policy)
+    with os.fdopen(report_fd, "w") as f:
+        f.write(json.dumps(report))
+    try:
+        os.execv(exe, argv)
+    except OSError as e:
+        print(f"compile jail: cannot run {exe}: {e}", file=sys.stderr)
+    return 127
+
+
+if __name__ == "__main__":
+    sys.exit(launch(sys.argv[1:]))

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -26,10 +27,15 @@ from pydantic import BaseModel, Field
 
 from ksearch import config
 from ksearch.errors import WorkerError
+from ksearch.eval.jail_fs import DEVICES
 
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES")
 _GPU_ENV = ("CUDA_PATH", "CUDA_HOME", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
             "NVIDIA_DRIVER_CAPABILITIES")
+#: the system's programs and libraries (dynamic loader, libc, libm, libgomp; the toolchain for compiles)
+SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
+#: what of /etc the dynamic loader reads
+LOADER_ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d")
 _SIGNAL_HINTS = {"SIGXCPU": "CPU time limit reached", "SIGXFSZ": "file size limit reached",
                  "SIGSYS": "a forbidden system call"}
 
@@ -59,6 +65,10 @@ class Policy(BaseModel):
     #: the judge for GPU targets. If CUDA does not initialise inside the namespaces, ``namespaces="off"`` is
     #: the documented fallback (docs/cuda-target.md)
     gpu: bool = False
+    #: ``reduced``: the worker sees only `worker_view` of the host's file system (a new root); ``host``:
+    #: all of it, read-only, the user's home hidden (always so for ``gpu``, whose workers run without
+    #: namespaces anyway)
+    view: Literal["reduced", "host"] = "reduced"
 
 
 class WorkerTimeout(Exception):
@@ -107,22 +117,48 @@ def scrubbed_env(home: Path, gpu: bool = False) -> dict[str, str]:
     return env
 
 
-def _needed_paths(readable: list[Path]) -> list[str]:
-    """Paths the worker reads that may lie under a hidden directory: the interpreter, its libraries,
-    ksearch itself, and ``readable`` (e.g. the compiled kernel's directory)."""
+@lru_cache(maxsize=1)
+def _interpreter_paths() -> tuple[str, ...]:
+    """The module search path of a worker's interpreter (asked once: this process's own ``sys.path`` has
+    entries a worker does not get, such as a script's directory or a test runner's root), with the
+    interpreter's prefixes and directory."""
     paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
              str(Path(__file__).resolve().parents[2])}
-    paths.update(p for p in sys.path if p and os.path.exists(p))
-    paths.update(str(p) for p in readable)
-    return sorted(paths)
+    try:
+        out = subprocess.run([sys.executable, "-c", "import sys, json; print(json.dumps(sys.path[1:]))"],
+                             check=False, capture_output=True, text=True, timeout=60, cwd="/",
+                             env=scrubbed_env(Path("/")))
+        paths.update(json.loads(out.stdout))
+    except (OSError, subprocess.SubprocessError, ValueError):  # the worker will say what it cannot import
+        paths.update(p for p in sys.path if p)
+    return tuple(sorted(p for p in paths if p and os.path.exists(p)))
+
+
+def _needed_paths(readable: list[Path]) -> list[str]:
+    """Paths the worker reads besides the system's: the interpreter, its standard library and
+    site-packages, ksearch itself, the PYTHONPATH it is given, and ``readable`` (e.g. the compiled kernel's
+    directory, the input files' root)."""
+    return sorted({*_interpreter_paths(), *(str(p) for p in readable)})
+
+
+def worker_view(readable: list[Path]) -> list[str]:
+    """Everything a CPU worker sees of the host's file system (read-only), besides its home, its output
+    files, a fresh /proc and `jail.DEVICES`: the system's programs and libraries, the files of /etc the
+    dynamic loader reads, ``/sys/devices/system/cpu`` (OpenMP and glibc count CPUs there), and
+    `_needed_paths`."""
+    return [*SYSTEM_PATHS, *LOADER_ETC, "/sys/devices/system/cpu", *_needed_paths(readable)]
 
 
 def policy_argument(policy: Policy, home: Path, writable: list[Path], readable: list[Path]) -> str:
-    """The JSON the worker's `jail.enter` reads (see its docstring)."""
+    """The JSON the worker's `jail.enter` reads (see its docstring). The worker's new root is assembled in
+    ``home``'s sibling ``.root`` (an empty directory `Worker` makes)."""
     nproc = policy.nproc
+    reduced = policy.view == "reduced" and not policy.gpu
     return json.dumps({
         "namespaces": policy.namespaces, "home": str(home), "home_bytes": policy.home_bytes,
-        "writable": [str(p) for p in writable],
+        "writable": [str(p) for p in writable], "view": "reduced" if reduced else "host",
+        "readable": worker_view(readable) if reduced else [], "stage": str(home.parent / ".root"),
+        "dev": list(DEVICES),
         "address_space_bytes": None if policy.gpu else policy.address_space_bytes,
         "devices": gpu_device_nodes() if policy.gpu else [],
         "file_size_bytes": policy.file_size_bytes, "cpu_s": policy.cpu_s, "nproc": nproc,
@@ -154,6 +190,7 @@ class Worker:
         self.policy = policy or Policy()
         self.home = scratch / "home"
         self.home.mkdir(exist_ok=True)
+        (scratch / ".root").mkdir(exist_ok=True)  # where the jail assembles the worker's new root
         self.stderr_path = scratch / "worker.stderr"
         self._stderr = open(self.stderr_path, "wb")
         arg = policy_argument(self.policy, self.home, list(writable), list(readable))

@@ -6,7 +6,10 @@ pointers to row-major contiguous arrays (float32 -> ``float*``, float16 -> ``_Fl
 ``int64_t`` (ints and bools), then every axis (const and var, definition order) as ``int64_t``.
 C++ sources (``.cpp``/``.cc``) must declare the entry point ``extern "C"``.
 
-Flags: ``-O3 -march=native -fopenmp -shared -fPIC`` plus the candidate's ``compile_flags``. Builds are cached
+Flags: ``-O3 -march=native -fopenmp -shared -fPIC`` plus the candidate's ``compile_flags``, each of which must
+be on the allow-list `ALLOWED_FLAGS` (checked before any process starts). The compiler, for the build and for
+the static checks' preprocessor run (`CpuTarget.expand`), runs in the compile jail (`ksearch.eval.compile_jail`:
+no home, no secrets, only the toolchain and the build directory in view, resource limits). Builds are cached
 under ``$KSEARCH_HOME/cache/cpu/`` by the hash of the sources, flags and compiler version.
 """
 
@@ -20,11 +23,14 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
 
 from ksearch import config
 from ksearch.errors import TargetError
+from ksearch.eval import compile_jail
+from ksearch.eval.compile_jail import CompilePolicy, JailedRun, unenforced
 from ksearch.eval.records import Candidate
 from ksearch.targets.base import CompileResult
 from ksearch.tasks.definition import Definition
@@ -32,11 +38,64 @@ from ksearch.tasks.definition import Definition
 BASE_FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
 _CXX_EXT = (".cpp", ".cc", ".cxx")
 _SRC_EXT = (".c",) + _CXX_EXT
-#: flags a candidate may not pass: they would change what is loaded, what is included, or where files go
-_FORBIDDEN_FLAG_PREFIXES = ("-o", "-B", "-wrapper", "-fplugin", "-specs", "@", "-Wl,", "-l", "-L", "--sysroot",
-                            "-I", "-i", "--include", "-X", "-z", "-T", "-fprofile", "-fauto-profile", "-fdump",
-                            "-fcoverage", "--coverage", "-save-temps", "-fdebug-prefix-map", "-fmacro-prefix-map")
+#: a source's name: letters, digits, ``_+-`` and dots, not first, with a suffix (so never a flag or a path)
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_+-]*(\.[A-Za-z0-9_+-]+)+")
+#: -f flags that only change the generated code (each also as -fno-...)
+_CODEGEN = (
+    # floating point
+    "fast-math", "unsafe-math-optimizations", "associative-math", "reciprocal-math", "finite-math-only",
+    "signed-zeros", "trapping-math", "math-errno", "rounding-math", "signaling-nans", "cx-limited-range",
+    "single-precision-constant",
+    # loops, vectorisation, OpenMP
+    "unroll-loops", "unroll-all-loops", "peel-loops", "split-loops", "unswitch-loops", "vectorize",
+    "slp-vectorize", "prefetch-loop-arrays", "variable-expansion-in-unroller", "ivopts", "predictive-commoning",
+    "version-loops-for-strides", "move-loop-invariants", "openmp", "openmp-simd",
+    # inlining, aliasing, scheduling, the rest of -O's switches
+    "inline", "inline-functions", "inline-small-functions", "inline-functions-called-once", "early-inlining",
+    "strict-aliasing", "strict-overflow", "wrapv", "omit-frame-pointer", "schedule-insns", "schedule-insns2",
+    "tracer", "web", "rename-registers", "optimize-sibling-calls", "expensive-optimizations", "peephole",
+    "peephole2", "crossjumping", "if-conversion", "if-conversion2", "shrink-wrap", "split-paths",
+    "hoist-adjacent-loads", "store-merging", "merge-constants", "ira-loop-pressure", "semantic-interposition",
+    "plt", "builtin", "common", "lto", "pic", "PIC", "pie", "PIE", "exceptions", "rtti", "threadsafe-statics",
+    "unwind-tables", "asynchronous-unwind-tables", "stack-protector", "stack-protector-strong",
+    "stack-protector-all", "stack-clash-protection", "function-sections", "data-sections", "permissive",
+)
+#: the flags a candidate may add (each must match one pattern whole; `ALLOWED_FLAGS_TEXT` says them in words).
+#: Nothing here names a file, a directory, a language, a plug-in or an option for another tool.
+ALLOWED_FLAGS = tuple(re.compile(p) for p in (
+    r"-O[0-3sgz]?|-Ofast",
+    r"-m(no-)?(?!llvm$)[a-z0-9][a-z0-9.-]{1,40}",  # ISA extensions and code-model switches: -mavx2, -mno-fma
+    r"-m[a-z0-9][a-z0-9-]{1,40}=[A-Za-z0-9_.,+-]{1,64}",  # -march=, -mtune=, -mprefer-vector-width=: no path
+    r"-f(no-)?(" + "|".join(re.escape(f) for f in _CODEGEN) + ")",
+    r"-f(no-)?(tree|ipa|loop|sched|sched2|modulo-sched|reorder-blocks|gcse|graphite)(-[a-z0-9]+){0,6}",
+    r"-ffp-contract=(off|on|fast|fast-honor-pragmas)",
+    r"-f(vect|simd)-cost-model=(unlimited|dynamic|cheap|very-cheap)",
+    r"-fexcess-precision=(fast|standard|16)",
+    r"-falign-(functions|loops|jumps|labels)(=[0-9:]{1,16})?",
+    r"-f(tree-parallelize-loops|inline-limit|max-errors)=[0-9]{1,6}",
+    r"-fvisibility=(default|hidden|internal|protected)",
+    r"-fdiagnostics-color(=(always|never|auto))?",
+    r"--param=[a-z0-9-]{1,64}=[0-9]{1,9}",
+    r"-D[A-Za-z_][A-Za-z0-9_]{0,63}(=[A-Za-z0-9_.+*/()-]{0,64})?",
+    r"-U[A-Za-z_][A-Za-z0-9_]{0,63}",
+    r"-std=(c|gnu|c\+\+|gnu\+\+)[0-9a-z]{1,3}|-std=iso9899:[0-9a-z]{1,6}|-ansi",
+    r"-W(no-)?(error=)?[a-z][a-z0-9+-]{1,48}(=[0-9a-z-]{1,16})?",  # warnings (-Wl, -Wa, -Wp: 1 letter: refused)
+    r"-w|-pedantic|-pedantic-errors|-g[0-3]?|-pthread",
+))
+ALLOWED_FLAGS_TEXT = ("-O0..-O3, -Os, -Og, -Oz, -Ofast; -march=, -mtune=, ISA and code-model -m<x> / -mno-<x> / "
+                      "-m<x>=<value> (-mavx2, -mfma, -mprefer-vector-width=256, ...); code-generation -f<x> / "
+                      "-fno-<x> (fast-math family, unrolling, vectorisation, -fopenmp-simd, -ftree-*, inlining, "
+                      "aliasing, ...); -ffp-contract=, -fvect-cost-model=, -fexcess-precision=, -falign-*=; "
+                      "--param=<name>=<int>; -D<NAME>[=<number, identifier or arithmetic>], -U<NAME>; -std=; "
+                      "-W<warning>, -w, -pedantic, -g")
 _MARKER = re.compile(r'^# (\d+) "((?:[^"\\]|\\.)*)"((?: \d)*)\s*$')
+
+
+def refused_flag(flag: str) -> str | None:
+    """Why a candidate's compile flag is refused (None: it is on the allow-list `ALLOWED_FLAGS`)."""
+    if any(p.fullmatch(flag) for p in ALLOWED_FLAGS):
+        return None
+    return f"compile flag {flag!r} is not allowed for candidates; allowed: {ALLOWED_FLAGS_TEXT}"
 
 
 @lru_cache(maxsize=4)
@@ -50,7 +109,12 @@ def compiler_version(compiler: str) -> str:
 
 
 class CpuTarget:
+    """The cpu target. ``jail``: what the compile jail enforces on the compiler (`compile_jail`)."""
+
     name = "cpu"
+
+    def __init__(self, jail: CompilePolicy | None = None):
+        self.jail = jail or CompilePolicy()
 
     def available(self) -> str | None:
         try:
@@ -60,10 +124,11 @@ class CpuTarget:
         return None
 
     def compile(self, candidate: Candidate, definition: Definition, timeout_s: float = 120.0) -> CompileResult:
-        """Build the candidate into a shared library (cached).
+        """Build the candidate into a shared library (cached), the compiler in the compile jail.
 
-        Returns a CompileResult with ok=False and the compiler's message for a bad kernel; raises TargetError
-        only when the toolchain itself is missing.
+        Returns a CompileResult with ok=False and the compiler's message for a bad kernel (a refused flag or
+        file name: before any process starts; a limit of the jail: named first); raises TargetError only
+        when the toolchain itself is missing or the jail's launcher cannot start.
         """
         t0 = time.perf_counter()
         srcs = {n: s for n, s in candidate.sources.items() if n.endswith(_SRC_EXT)}
@@ -84,58 +149,85 @@ class CpuTarget:
         if artifact.is_file():
             return CompileResult(True, artifact, "(cached)", time.perf_counter() - t0, cached=True)
         with tempfile.TemporaryDirectory(prefix="ksearch-cc-") as tmp:
-            for name, text in candidate.sources.items():
-                (Path(tmp) / name).write_text(text)
-            out = Path(tmp) / "kernel.so"
-            cmd = [compiler, *flags, "-o", str(out), *sorted(srcs), "-lm"]
-            try:
-                proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                return CompileResult(False, None, f"compiler timed out after {timeout_s:g} s", time.perf_counter() - t0)
-            log = (proc.stdout + proc.stderr).strip()
-            if proc.returncode != 0 or not out.is_file():
-                return CompileResult(False, None, log or f"compiler exited with {proc.returncode}",
+            build = _write_sources(candidate, tmp)
+            run = self._jailed([compiler, *flags, "-o", "kernel.so", *sorted(srcs), "-lm"], build, timeout_s)
+            log = _log(run)
+            out = build / "kernel.so"
+            if run.returncode != 0 or run.timed_out or not out.is_file():
+                return CompileResult(False, None, log or f"compiler exited with {run.returncode}",
                                      time.perf_counter() - t0)
             partial = artifact.with_suffix(f".{os.getpid()}.{time.monotonic_ns()}.tmp")
             shutil.copyfile(out, partial)
             partial.replace(artifact)  # atomic: a concurrent build of the same key is harmless
         return CompileResult(True, artifact, log, time.perf_counter() - t0)
 
-    def expand(self, candidate: Candidate, timeout_s: float = 60.0):
-        """The candidate's own lines after the C preprocessor, for the static checks.
+    def expand(self, candidate: Candidate, timeout_s: float = 20.0):
+        """The candidate's own lines after the C preprocessor (run in the compile jail), for the static checks.
 
         Returns ``(lines, includes)``: ``{file: [(line, text), ...]}`` for every line that comes from one of
         the candidate's files (macros expanded), and ``{file: [(line, path)]}`` for files it includes that
-        are neither its own nor system headers; None when the preprocessor fails (the compile reports it).
+        are neither its own nor system headers. When the preprocessor stops at an include it cannot find (a
+        host file outside the jail's view, or a typo), that include is reported and the lines are the
+        source's own, unexpanded. None when the preprocessor fails otherwise (the compile reports it).
+        Results are kept in memory by content (sources, flags, compiler), so a candidate evaluated again
+        costs no second run.
         """
         srcs = sorted(n for n in candidate.sources if n.endswith(_SRC_EXT))
         if not srcs or self._refused(candidate):
             return None
         compiler = config.cxx_compiler() if any(n.endswith(_CXX_EXT) for n in srcs) else config.c_compiler()
+        try:
+            key = f"{candidate.id}|{compiler}|{compiler_version(compiler)}|{self.jail.model_dump_json()}"
+        except TargetError:
+            return None
+        if key in _EXPANDED:
+            _EXPANDED.move_to_end(key)
+            return _EXPANDED[key]
         lines: dict[str, list[tuple[int, str]]] = {}
         includes: dict[str, list[tuple[int, str]]] = {}
         with tempfile.TemporaryDirectory(prefix="ksearch-cpp-") as tmp:
-            for name, text in candidate.sources.items():
-                (Path(tmp) / name).write_text(text)
-            for src in srcs:
+            build = _write_sources(candidate, tmp)
+            for i, src in enumerate(srcs):
+                out = build / f".expanded-{i}.i"
                 try:
-                    proc = subprocess.run([compiler, *BASE_FLAGS, *candidate.compile_flags, "-E", src], cwd=tmp,
-                                          capture_output=True, text=True, timeout=timeout_s)
-                except (OSError, subprocess.TimeoutExpired):
+                    run = self._jailed([compiler, *BASE_FLAGS, *candidate.compile_flags, "-E", "-o", out.name, src],
+                                       build, timeout_s)
+                except TargetError:
                     return None
-                if proc.returncode != 0:
+                if run.returncode == 0 and not run.timed_out and out.is_file():
+                    _own_lines(out.read_text(errors="replace"), set(candidate.sources), str(build), lines, includes)
+                    continue
+                missing = _missing_includes(run.log, set(candidate.sources), str(build))
+                if not missing:
                     return None
-                _own_lines(proc.stdout, set(candidate.sources), tmp, lines, includes)
+                for name, found in missing.items():
+                    includes.setdefault(name, []).extend(found)
+                lines = {n: list(enumerate(s.split("\n"), 1)) for n, s in candidate.sources.items()
+                         if n.endswith(_SRC_EXT + _HEADER_EXT)}
+                break
+        _EXPANDED[key] = (lines, includes)
+        while len(_EXPANDED) > _EXPANDED_KEEP:
+            _EXPANDED.popitem(last=False)
         return lines, includes
+
+    def _jailed(self, argv: list[str], build: Path, timeout_s: float) -> JailedRun:
+        try:
+            return compile_jail.run(argv, build, timeout_s, self.jail)
+        except FileNotFoundError:
+            raise TargetError(f"C compiler {argv[0]!r} not found on PATH (set CC to another compiler)") from None
+        except OSError as e:
+            raise TargetError(f"cannot start the compile jail ({e})") from None
 
     @staticmethod
     def _refused(candidate: Candidate) -> str | None:
         for flag in candidate.compile_flags:
-            if flag.startswith(_FORBIDDEN_FLAG_PREFIXES):
-                return f"compile flag {flag!r} is not allowed for candidates"
+            why = refused_flag(flag)
+            if why:
+                return why
         for name in candidate.sources:
-            if "/" in name or name.startswith(".") or ".." in name:
-                return f"source name {name!r} must be a plain file name"
+            if not _NAME.fullmatch(name):
+                return (f"source name {name!r} must be a plain file name: letters, digits, '_', '+', '-' and a "
+                        "suffix (e.g. kernel.c)")
         return None
 
     def load(self, artifact: Path, candidate: Candidate, definition: Definition):
@@ -163,6 +255,51 @@ class CpuTarget:
         fn.argtypes = argtypes
         fn.restype = None
         return fn
+
+
+#: `CpuTarget.expand` results by content, most recent last
+_EXPANDED: OrderedDict[str, tuple[dict, dict]] = OrderedDict()
+_EXPANDED_KEEP = 256
+_HEADER_EXT = (".h", ".hh", ".hpp", ".hxx", ".inc", ".inl")
+#: the preprocessor's message for an include it cannot find (GCC, then Clang)
+_NOT_FOUND = re.compile(r"^(?P<file>[^\n:]+):(?P<line>\d+):\d+: fatal error: "
+                        r"(?:(?P<gcc>[^\n]+): No such file or directory|'(?P<clang>[^'\n]+)' file not found)$",
+                        re.MULTILINE)
+
+
+def _write_sources(candidate: Candidate, tmp: str) -> Path:
+    build = Path(tmp).resolve()
+    for name, text in candidate.sources.items():
+        (build / name).write_text(text)
+    return build
+
+
+def _missing_includes(log: str, own: set[str], build: str) -> dict[str, list[tuple[int, str]]]:
+    """{candidate file: [(line, path)]} of the includes the preprocessor could not find, from its message."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    for m in _NOT_FOUND.finditer(log):
+        name = m.group("file")
+        name = name[len(build) + 1:] if name.startswith(build + "/") else name
+        if name in own:
+            out.setdefault(name, []).append((int(m.group("line")), m.group("gcc") or m.group("clang")))
+    return out
+
+
+def _log(run: JailedRun) -> str:
+    """The compiler's message as kept: a limit of the jail that stopped it named first, a cut said, and the
+    layers of the jail the system refused said last."""
+    parts = []
+    limit = run.limit_hit()
+    if limit:
+        parts.append(f"the compile hit a limit of the compile jail: {limit}"
+                     + (" (compiler timed out)" if run.timed_out else ""))
+    parts.append(run.log.strip())
+    if run.truncated:
+        parts.append(f"[compiler output cut at {run.policy.log_bytes >> 10} KiB]")
+    missing = unenforced(run.report)
+    if missing:
+        parts.append(missing)
+    return "\n".join(p for p in parts if p)
 
 
 def _own_lines(output: str, own: set[str], tmp: str, lines: dict, includes: dict) -> None:

@@ -5,7 +5,9 @@ as PASSED plus no trace left outside."""
 
 import os
 import re
+import shutil
 import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,7 +33,17 @@ FAULTS = [
     ("read-home", None, Status.REJECTED, r"'files'.*fopen", Status.PASSED, r"^$"),
     ("socket", None, Status.REJECTED, r"'raw-io'.*also: network", Status.PASSED, r"^$"),
     ("write-outside-scratch", None, Status.REJECTED, r"'proc-and-devices'", Status.PASSED, r"^$"),
+    ("read-host-files", None, Status.REJECTED, r"'proc-and-devices'.*also: .*files", Status.PASSED, r"^$"),
 ]
+
+#: opens each of PATHS for reading; a breach if any opens (the worker's view holds none of them)
+READ_FILES = k.honest(post="""static const char *paths_[] = {%(paths)s};
+    int seen_ = 0;
+    for (size_t i_ = 0; i_ < sizeof paths_ / sizeof paths_[0]; i_++) {
+        FILE *f_ = fopen(paths_[i_], "rb");
+        if (f_) { seen_ = 1; fclose(f_); }
+    }
+    if (seen_) { """ + k.BREACH + " }")
 
 
 @pytest.fixture
@@ -67,7 +79,29 @@ def secret_env(monkeypatch, tmp_path):
     return home
 
 
-def _kernel(fault: str, kernel, listener, home: Path, escapes: list[Path]) -> str:
+@pytest.fixture
+def host_files(tmp_path):
+    """Files of the host a worker must not see, planted where they are typical: /etc's password files,
+    another process's directory in /dev/shm, another checkout next to this one (skipped where that
+    directory is not writable), another run's store under $KSEARCH_HOME, and /tmp."""
+    made = [Path(tempfile.mkdtemp(prefix="ksearch-other-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))]
+    checkout_parent = Path(__file__).resolve().parents[3].parent
+    if os.access(checkout_parent, os.W_OK):
+        made.append(Path(tempfile.mkdtemp(prefix="ksearch-other-checkout-", dir=checkout_parent)))
+    runs = Path(os.environ["KSEARCH_HOME"]) / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    planted = [d / "secret.txt" for d in made] + [runs / "other-run.sqlite", tmp_path / "secret.txt"]
+    for p in planted:
+        p.write_text("secret\n")
+    yield [Path("/etc/passwd"), Path("/etc/shadow"), *planted]
+    for d in made:
+        shutil.rmtree(d, ignore_errors=True)
+    planted[-2].unlink()
+
+
+def _kernel(fault: str, kernel, listener, home: Path, escapes: list[Path], host_files: list[Path]) -> str:
+    if fault == "read-host-files":
+        return READ_FILES % {"paths": ", ".join(f'"{p}"' for p in host_files)}
     if fault == "socket":
         return k.SOCKET % {"port": listener.getsockname()[1]}
     if fault == "read-home":
@@ -79,11 +113,11 @@ def _kernel(fault: str, kernel, listener, home: Path, escapes: list[Path]) -> st
 
 @pytest.mark.parametrize("static", [True, False], ids=["static-checks", "sandbox-only"])
 @pytest.mark.parametrize("fault, kernel, st_on, why_on, st_off, why_off", FAULTS, ids=[f[0] for f in FAULTS])
-def test_fault_is_contained(judge, listener, secret_env, tmp_path, static, fault, kernel, st_on, why_on,
+def test_fault_is_contained(judge, listener, secret_env, host_files, tmp_path, static, fault, kernel, st_on, why_on,
                             st_off, why_off):
     escapes = [tmp_path / "escaped.txt", Path("/tmp") / f"ksearch-escaped-{os.getpid()}",
                Path("/dev/shm") / f"ksearch-escaped-{os.getpid()}"]
-    source = _kernel(fault, kernel, listener, secret_env, escapes)
+    source = _kernel(fault, kernel, listener, secret_env, escapes, host_files)
     ev = judge(static=static, timeout_s=3.0)
     t0 = time.monotonic()
     res = ev.evaluate(cand(source), TINY, timing=False)
@@ -144,3 +178,15 @@ def test_without_namespaces_writes_into_the_judge_inputs_are_detected(judge, tmp
     assert res.sandbox["namespaces"] == [] and not res.sandbox["read_only_fs"]
     assert escapes[0].exists()  # not prevented here: only detected (docs/evaluation.md says so)
     assert ev.evaluate(ev.naive_candidate(), TINY, timing=False).status is Status.PASSED  # inputs restored
+
+
+def test_the_worker_sees_only_its_view_of_the_host(judge, host_files):
+    """The files of `host_files` are readable by this process; in the worker (static checks off) none is.
+    Control: with the old view (the whole host read-only, home hidden) the same kernel reads them."""
+    source = READ_FILES % {"paths": ", ".join(f'"{p}"' for p in host_files)}
+    res = judge(static=False).evaluate(cand(source), TINY, timing=False)
+    if not res.sandbox.get("namespaces"):
+        pytest.skip(f"the system refuses the worker's namespaces: {res.sandbox.get('errors')}")
+    assert res.status is Status.PASSED, res.message
+    seen = judge(static=False, view="host").evaluate(cand(source), TINY, timing=False)
+    assert seen.status is Status.INCORRECT_NUMERICAL, seen.message  # the breach marker in the outputs
