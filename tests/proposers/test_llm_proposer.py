@@ -409,7 +409,7 @@ class FakeJudge:
     def remember_naive(self, ev):
         pass
 
-    def evaluate(self, candidate, workloads=None, timing=True, with_speedup=True):
+    def evaluate(self, candidate, workloads=None, timing=True, with_speedup=True, references=()):
         m = re.search(r"speed (\d+)", candidate.sources.get("kernel.c", ""))
         speed = float(m.group(1)) if m else 1.0
         res = [WorkloadResult(workload=w, status=Status.PASSED, median_ms=ms / speed,
