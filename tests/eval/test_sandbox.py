@@ -103,8 +103,9 @@ def test_the_worker_view_is_the_runtime_and_its_own_files(scratch):
     assert arg["view"] == "reduced" and arg["stage"] == str(scratch / ".root")
     view = arg["readable"]
     assert {"/usr", "/etc/ld.so.cache", "/sys/devices/system/cpu", str(scratch / "in")} <= set(view)
-    import ksearch
     import numpy
+
+    import ksearch
 
     assert any(Path(numpy.__file__).is_relative_to(p) for p in view)
     assert any(Path(ksearch.__file__).is_relative_to(p) for p in view)

@@ -7,7 +7,6 @@ import pytest
 import yaml
 
 from ksearch import knowledge
-
 from ksearch.eval import compile_jail
 from ksearch.eval.compile_jail import CompilePolicy, JailedRun
 from ksearch.eval.records import Candidate

@@ -17,8 +17,8 @@ from ksearch.eval import compile_jail
 from ksearch.eval.compile_jail import CompilePolicy
 from ksearch.eval.records import Candidate, Status
 from ksearch.knowledge import load_pack
-from ksearch.tasks import load_task
 from ksearch.targets.cpu import CpuTarget
+from ksearch.tasks import load_task
 
 from .conftest import cand
 
