@@ -125,8 +125,8 @@ def unenforced(report: dict) -> str | None:
 
 def toolchain_view(compiler: str) -> list[str]:
     """Host paths a compile may read: the system's programs, libraries and headers, the files of /etc a
-    toolchain reads, and the compiler's own installation when it lies elsewhere (the directory above its
-    ``bin``, or its ``bin`` alone when that is a home directory or ``/``)."""
+    toolchain reads, the compiler's own installation when it lies elsewhere (the directory above its
+    ``bin``, or its ``bin`` alone when that is a home directory or ``/``), and ``compiler`` itself."""
     paths = [*SYSTEM_PATHS, *LOADER_ETC, *TOOLCHAIN_ETC]
     exe = Path(os.path.realpath(compiler))
     prefix = exe.parent.parent if exe.parent.name == "bin" else exe.parent
@@ -135,7 +135,7 @@ def toolchain_view(compiler: str) -> list[str]:
         prefix = exe.parent
     if not any(prefix.is_relative_to(p) for p in SYSTEM_PATHS):
         paths.append(str(prefix))
-    return paths
+    return [*paths, compiler]  # the path as run: its symbolic links are recreated in the view
 
 
 def _env(tmp: Path) -> dict[str, str]:

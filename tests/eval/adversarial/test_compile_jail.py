@@ -213,3 +213,12 @@ def test_honest_kernels_build_in_the_jail_and_pass(judge, view):
         res = ev.evaluate(c, ["tiny", "odd"], timing=False)
         assert res.status is Status.PASSED, res.message
         assert "not enforced" not in (res.compile_log or "")
+
+
+def test_the_toolchain_view_takes_a_compilers_own_installation_but_never_a_home(monkeypatch, tmp_path):
+    home = tmp_path / "me"
+    monkeypatch.setenv("HOME", str(home))
+    assert str(tmp_path / "opt" / "gcc-14") in compile_jail.toolchain_view(str(tmp_path / "opt/gcc-14/bin/gcc"))
+    view = compile_jail.toolchain_view(str(home / "bin" / "cc"))
+    assert str(home / "bin") in view and str(home) not in view
+    assert all(p.startswith(("/usr", "/lib", "/bin", "/sbin", "/etc/")) for p in compile_jail.toolchain_view("/usr/bin/cc"))
