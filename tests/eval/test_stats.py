@@ -36,24 +36,24 @@ WIGGLE = [0.01, -0.02, 0.015, 0.0, -0.01, 0.02, -0.005, 0.01, -0.015, 0.005]
 
 def test_identical_times_are_a_tie_and_a_clear_speedup_is_faster():
     c, r = _rounds(10.0, 1.0, WIGGLE)
-    same = paired_ratio(c, r)
+    same = paired_ratio(c, r, 0.99)
     assert same.verdict() == "tie" and same.lo < 1 < same.hi
     c, r = _rounds(10.0, 1.3, WIGGLE)  # the reference 1.3x slower: the candidate is faster
-    fast = paired_ratio(c, r)
+    fast = paired_ratio(c, r, 0.99)
     assert fast.verdict() == "faster" and fast.lo > 1.2 and fast.ratio == pytest.approx(1.3, rel=0.03)
-    slow = paired_ratio(r, c)
+    slow = paired_ratio(r, c, 0.99)
     assert slow.verdict() == "slower" and slow.hi < 1
 
 
 def test_too_few_rounds_never_decide_however_large_the_effect():
-    seven = paired_ratio([1.0] * 7, [10.0] * 7)
+    seven = paired_ratio([1.0] * 7, [10.0] * 7, 0.99)
     assert seven.ratio == pytest.approx(10.0) and seven.lo == 0 and math.isinf(seven.hi)
     assert seven.verdict() == "tie" and math.isinf(seven.half_width)
 
 
 def test_a_significant_difference_under_the_margin_is_a_tie():
     c, r = _rounds(10.0, 1.005, [0.0001 * i for i in range(10)])  # +0.5%, almost no spread
-    tiny = paired_ratio(c, r)
+    tiny = paired_ratio(c, r, 0.99)
     assert tiny.lo > 1 and tiny.verdict(min_effect=0.01) == "tie"
     assert tiny.verdict(min_effect=0.001) == "faster"
 
@@ -61,8 +61,8 @@ def test_a_significant_difference_under_the_margin_is_a_tie():
 def test_a_minority_of_extreme_rounds_moves_the_estimate_by_a_rank():
     """Calls a kernel skipped work on (or calls a busy machine preempted), 100x off: the median ignores them."""
     c, r = _rounds(10.0, 1.0, WIGGLE)
-    honest = paired_ratio(c, r)
-    cheat = paired_ratio(c[:7] + [0.1, 0.1, 0.1], r)  # 3 of 10 rounds "100x faster"
+    honest = paired_ratio(c, r, 0.99)
+    cheat = paired_ratio(c[:7] + [0.1, 0.1, 0.1], r, 0.99)  # 3 of 10 rounds "100x faster"
     assert cheat.verdict() == "tie"
     assert cheat.ratio / honest.ratio < 1.05  # a mean of the log-ratios would have moved by 100^(3/10) = 4x
 
@@ -79,12 +79,12 @@ def test_combining_workloads_is_a_geometric_mean_over_aligned_rounds():
     a = log_sample(c, r)  # 2x
     c, r = _rounds(10.0, 1.0, WIGGLE)
     b = log_sample(c, r)  # 1x
-    both = combine_paired([a, b])
+    both = combine_paired([a, b], 0.99)
     assert both.ratio == pytest.approx(math.sqrt(2), rel=0.03)
     assert both.n == 10 and both.lo < both.ratio < both.hi and both.verdict() == "faster"
     with pytest.raises(ValueError):
         combine_paired([])
-    short = combine_paired([a, LogSample((0.0,) * 5)])  # the fewest rounds bound the combined ones
+    short = combine_paired([a, LogSample((0.0,) * 5)], 0.99)  # the fewest rounds bound the combined ones
     assert short.n == 5 and short.lo == 0 and math.isinf(short.hi)
 
 

@@ -95,7 +95,6 @@ def test_the_honest_kernel_is_rejected_against_the_poisoned_spec_without_a_repro
 
 
 @needs_cc
-@pytest.mark.xfail(strict=True, reason="lead wires reprobe")
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_an_honest_kernel_passes_against_a_poisoned_spec_once_the_judge_reprobes(tmp_path, tiny_spec, name,
                                                                                   monkeypatch):

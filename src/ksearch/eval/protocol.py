@@ -44,7 +44,7 @@ class TimingPlan(BaseModel):
     flush_bytes: int = 64 << 20
     min_rounds: int = Field(default=3, ge=2)
     precision: float = Field(default=0.05, gt=0)
-    confidence: float = Field(default=0.99, gt=0.5, lt=1)
+    confidence: float = Field(default=0.999, gt=0.5, lt=1)
     min_effect: float = Field(default=0.01, ge=0)
     block_repeats: int = Field(default=3, ge=1)
 

@@ -79,7 +79,7 @@ class Paired(BaseModel):
     lo: float | None = None
     hi: float | None = None
     n: int = 0
-    confidence: float = 0.99
+    confidence: float = 0.999
     verdict: str | None = None
     reference_ms: float | None = None
     note: str = ""

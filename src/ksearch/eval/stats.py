@@ -13,7 +13,7 @@ The paired estimate is the median of the rounds' log-ratios and its interval the
 median with the asked confidence under Binomial(n, 1/2) (the sign test, inverted). It assumes nothing about the
 noise but that a round's two orders are equally likely (the judge randomises them): a busy machine's bursts, one
 preempted call, or a call a kernel skipped work on move the median by one rank, not by their size. The price is
-a least number of rounds for any decision: 8 at 99% (`min_rounds_for`). A difference whose interval contains 1,
+a least number of rounds for any decision: 11 at 99.9%, the judge's level (`min_rounds_for`). A difference whose interval contains 1,
 or that is smaller than the indifference margin ``min_effect``, is a tie: never a regression, never an
 improvement.
 """
@@ -148,13 +148,13 @@ def _stats(d: list[float], confidence: float) -> PairedStats:
     return PairedStats(math.exp(est), math.exp(iv[0]), math.exp(iv[1]), len(d), confidence)
 
 
-def paired_ratio(cand_ms: list[float], ref_ms: list[float], confidence: float = 0.99) -> PairedStats:
+def paired_ratio(cand_ms: list[float], ref_ms: list[float], confidence: float = 0.999) -> PairedStats:
     """Reference / candidate time over the paired rounds of one workload, with the order-statistic interval of
     the median log-ratio. Raises ValueError as `log_sample`."""
     return _stats(list(log_sample(cand_ms, ref_ms).d), confidence)
 
 
-def combine_paired(samples: list[LogSample], confidence: float = 0.99) -> PairedStats:
+def combine_paired(samples: list[LogSample], confidence: float = 0.999) -> PairedStats:
     """Over workloads (each weighing the same, a geometric mean as the search's score is): round r's combined
     log-ratio is the mean over workloads of their r-th rounds' (rounds up to the fewest any workload had; under
     equal kernels each is symmetric about 0, so the interval stays distribution-free), then median and interval

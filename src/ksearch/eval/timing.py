@@ -17,17 +17,19 @@ Device
 targets (cuda, triton, mlx) are timed in blocks by the device's events, which their kernels cannot reach
 (docs/evaluation.md says what that leaves), bounded by the controller's clock.
 
-Decisions are made on the paired ratios (`ksearch.eval.stats`): at least `decision_rounds` rounds (8 at 99%),
-then rounds continue until every comparison is decided or precise (`TimingPlan`), or a cap is hit (rounds, time,
-the input sets that fit in memory and whose references fit the reference budget).
+Decisions are made on the paired ratios (`ksearch.eval.stats`): at least `decision_rounds` rounds (11 at the
+plan's 99.9%), then rounds continue until every comparison is decided or precise (`TimingPlan`), or a cap is hit
+(rounds, time, the input sets that fit in memory and whose references fit the reference budget).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import random
 import secrets
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +52,7 @@ if TYPE_CHECKING:  # the evaluator drives this module; it is never imported from
 PINGS, PING_WARMUP = 24, 4
 #: the early-stop test of a comparison is stricter than its verdict, so that looking after every round does not
 #: inflate the rate of false differences: stop early only at this confidence
-EARLY_CONFIDENCE = 0.999
+EARLY_CONFIDENCE = 0.9999
 
 
 class ExternalKill(Exception):
@@ -119,31 +121,95 @@ def calibrate(worker: Worker, timeout_s: float = 10.0) -> Overhead:
     return Overhead(float(q[0]), float(q[1]), float(q[2]))
 
 
-def decided_ms(host_ms: float, empty_ms: float) -> float:
+def decided_ms(host_ms: float, empty_ms: float, waits_ms: float = 0.0) -> float:
     """The time of one call that decisions use: the controller's reading of the call less ``empty_ms``, the least
     round trip of an empty call over the session's workers (one figure for every kernel of a paired session, so
-    that it cancels in their ratios); never below 1 ns."""
-    return max(host_ms - empty_ms, 1e-6)
+    that it cancels in their ratios), less ``waits_ms``, the time the worker's protocol thread was runnable but
+    waiting for a CPU during it (the kernel's accounting: another process had the CPU); never below 1 ns."""
+    return max(host_ms - empty_ms - waits_ms, 1e-6)
 
 
-def forged_clock(host_ms: list[float], worker_ms: list[float], overhead: Overhead) -> str | None:
+def thread_count(pid: int | None) -> int | None:
+    """Threads of process ``pid`` now (/proc/<pid>/status), or None."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def runqueue_wait_ms(tid: int | None) -> float | None:
+    """Milliseconds thread ``tid`` has spent runnable but waiting for a CPU since it started (the kernel's own
+    accounting, /proc/<tid>/schedstat's second field: the candidate cannot touch it), or None where the system
+    does not keep it."""
+    if tid is None:
+        return None
+    try:
+        with open(f"/proc/{tid}/schedstat") as f:
+            return int(f.read().split()[1]) * 1e-6
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def settle(tid: int | None, timeout_s: float = 0.05) -> None:
+    """Wait (up to ``timeout_s``) until thread ``tid`` sleeps: after answering ``prepare`` the worker may still be
+    runnable on its way back to reading the next request, and a wait in progress is accounted only when it ends,
+    so a runqueue reading taken then would count a wait from before the call."""
+    if tid is None:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{tid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state not in ("R", "W"):
+            return
+        time.sleep(0.0001)
+
+
+def worker_main_pid(pid: int) -> int:
+    """The host pid of a worker's process that runs the protocol: inside the jail's namespaces that is the
+    grandchild of the process the controller started (its PID namespace's init in between); without them, that
+    process itself."""
+    for _ in range(2):
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                kids = f.read().split()
+        except OSError:
+            return pid
+        if not kids:
+            return pid
+        pid = int(kids[0])
+    return pid
+
+
+def forged_clock(host_ms: list[float], worker_ms: list[float], waits_ms: list[float], overhead: Overhead) -> str | None:
     """Why the worker's readings cannot be true beside the controller's (both read CLOCK_MONOTONIC, the
-    worker's interval lies inside the controller's), or None. Rounds disagree when the worker claims more than
-    the controller saw, or far less: the median gap (controller less empty round trip less worker) above half the
-    median call and above 1 ms + 10 x the round trip's jitter (a busy machine delays replies, rarely by that much,
-    and not in most rounds)."""
+    worker's interval lies inside the controller's), or None.
+
+    Rounds disagree when the worker claims more than the controller saw, or far less: the median gap (the
+    controller's reading less the empty round trip, less the time the worker's thread and ours waited for a CPU
+    (``waits_ms``: a busy machine's delays, from the kernel's accounting), less the worker's reading) above half the
+    median call and above 1 ms + 10 x the round trip's jitter."""
     if not host_ms:
         return None
     over = [w - h for h, w in zip(host_ms, worker_ms) if w > h + 0.01]
     if len(over) > len(host_ms) // 2:
         return (f"the worker reported calls longer than the judge's clock saw in {len(over)} of {len(host_ms)} "
                 f"rounds (by up to {max(over):.3g} ms)")
-    gaps = [h - overhead.min_ms - w for h, w in zip(host_ms, worker_ms)]
+    gaps = [h - overhead.min_ms - q - w for h, w, q in zip(host_ms, worker_ms, waits_ms)]
     gap, call = float(np.median(gaps)), float(np.median(host_ms))
     if gap > 0.5 * call and gap > 1.0 + 10 * overhead.jitter_ms:
         return (f"the worker's clock read {float(np.median(worker_ms)):.4g} ms per call where the judge's read "
-                f"{call:.4g} ms (median over {len(host_ms)} rounds; empty call {overhead.min_ms:.3g} ms): the kernel "
-                "tampered with the worker's clock")
+                f"{call:.4g} ms (median over {len(host_ms)} rounds; empty call {overhead.min_ms:.3g} ms, waits for a "
+                f"CPU {float(np.median(waits_ms)):.3g} ms): the kernel tampered with the worker's clock")
     return None
 
 
@@ -166,6 +232,12 @@ class Contender:
     worker_ms: list[float] = field(default_factory=list)
     failure: tuple[Status, str] | None = None
     out_paths: dict[str, Path] = field(default_factory=dict)
+    #: per round: ms the worker's protocol thread waited for a CPU during the call (kernel accounting)
+    waits_ms: list[float] = field(default_factory=list)
+    #: per round: those waits plus this process's thread's (an upper bound of the delays: `forged_clock`)
+    slack_ms: list[float] = field(default_factory=list)
+    #: host pid of the worker's protocol thread (for its runqueue wait; None: unknown)
+    main_pid: int | None = None
     #: further roles of the same kernel (the parent that is also the best): one worker, one comparison each
     aliases: tuple[str, ...] = ()
 
@@ -175,12 +247,12 @@ class Contender:
 
     def reset(self) -> None:
         """Forget the last workload's times."""
-        self.times_ms, self.host_ms, self.worker_ms = [], [], []
+        self.times_ms, self.host_ms, self.worker_ms, self.waits_ms, self.slack_ms = [], [], [], [], []
 
 
 def decision_rounds(plan: TimingPlan) -> int:
     """The least number of paired rounds before a comparison can be decided (or the session stop early): the
-    plan's ``min_rounds``, and enough for an interval at its confidence (`min_rounds_for`: 8 at 0.99)."""
+    plan's ``min_rounds``, and enough for an interval at its confidence (`min_rounds_for`: 11 at 0.999)."""
     return max(plan.min_rounds, min_rounds_for(plan.confidence))
 
 
@@ -245,15 +317,21 @@ class RoundTimer:
         contenders: the candidate first, then the reference kernels (loaded, calibrated workers).
         plan: the TimingPlan; timeout_s: per call.
         warm: the warm-up case (a check's inputs), as `Evaluator._prepare` returns it.
-        seeds: round -> input seed (default: the judge's `timing_seed`, the same in every evaluation of a run, so
-            the inputs and reference outputs are made once per run).
+        seeds: input set index -> seed (default: the judge's `timing_seed`, the same in every evaluation of a run,
+            so the inputs and reference outputs are made once per run).
+        calls: calls of each kernel per round, each on its own input set, in a random order with the others'; the
+            round's time of a kernel is its fastest call (on a busy machine, 2: a delay from another process then
+            spoils a round only when it hits both calls).
     """
 
     def __init__(self, judge: "Evaluator", wl: "Workload", axes: dict[str, int], contenders: list[Contender],
-                 plan: TimingPlan, timeout_s: float, warm: tuple | None, seeds: Callable[[int], int] | None = None):
+                 plan: TimingPlan, timeout_s: float, warm: tuple | None, seeds: Callable[[int], int] | None = None,
+                 calls: int = 1):
         self.judge, self.wl, self.axes = judge, wl, axes
         self.seeds = seeds or judge.timing_seed
+        self.calls = max(1, calls)
         self.empty_ms = min((c.overhead.min_ms for c in contenders if c.overhead is not None), default=0.0)
+        self.cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         self.cand, self.refs = contenders[0], contenders[1:]
         self.plan, self.timeout_s, self.warm = plan, timeout_s, warm
         self.rng = random.Random(secrets.randbits(64))
@@ -290,9 +368,12 @@ class RoundTimer:
         self.judge.flush_caches(self.wl)
         if self._request(c, {"op": "prepare", "args": args}, self.timeout_s) is None:
             return None
+        settle(c.main_pid)
+        w0, q0 = runqueue_wait_ms(c.main_pid), runqueue_wait_ms(threading.get_native_id())
         t0 = time.perf_counter()
         reply = self._request(c, {"op": "go"}, self.timeout_s)
         host = (time.perf_counter() - t0) * 1e3
+        w1, q1 = runqueue_wait_ms(c.main_pid), runqueue_wait_ms(threading.get_native_id())
         if reply is None:
             return None
         if not timed:
@@ -301,9 +382,19 @@ class RoundTimer:
         if not isinstance(worker, (int, float)) or not math.isfinite(worker) or worker < 0:
             self._fail(c, Status.REJECTED, f"timing: the worker answered a timed call with {worker!r}")
             return None
+        # The worker thread's waits for a CPU are time the call lost to other processes (or to us), and count
+        # only while the kernel cannot have caused them: no more threads than CPUs (a kernel that oversubscribes
+        # makes its own protocol thread wait while its other threads compute). Our own thread's waits do not
+        # count: it may wait while the worker runs on its CPU (woken there), which loses the call nothing.
+        waited = w1 - w0 if None not in (w0, w1) else 0.0
+        threads = thread_count(c.main_pid)
+        if threads is None or threads > self.cpus:
+            waited = 0.0
         c.host_ms.append(host)
         c.worker_ms.append(float(worker))
-        return decided_ms(host, self.empty_ms)
+        c.waits_ms.append(waited)
+        c.slack_ms.append(waited + (q1 - q0 if None not in (q0, q1) else 0.0))  # for `forged_clock`: lenient
+        return decided_ms(host, self.empty_ms, waited)
 
     def _device_call(self, c: Contender, args: list[dict], warmup_args: list[dict] | None, repeats: int,
                      warmup: int) -> float | None:
@@ -354,7 +445,7 @@ class RoundTimer:
         want = self.judge.reference(self.wl, seed, inputs)
         status, msg, _, _ = self.judge.check_outputs(c.out_paths, want, axes)
         if status is not Status.PASSED:
-            self._fail(c, status, f"outputs of a timed call (round {len(self.cand.times_ms) + 1}): {msg}")
+            self._fail(c, status, f"outputs of the timed calls (round {len(self.cand.times_ms) + 1}): {msg}")
             return False
         return True
 
@@ -367,27 +458,36 @@ class RoundTimer:
         if self.cand.failure:
             res.status, res.message = self.cand.failure
             return
+        k = self.calls
         while True:
-            seed = self.seeds(len(self.cand.times_ms))
-            case = self.judge.timing_case(self.wl, seed, self.axes)
+            r = len(self.cand.times_ms)
+            cases = []
+            for j in range(k):
+                seed = self.seeds(r * k + j)
+                cases.append((seed, self.judge.timing_case(self.wl, seed, self.axes)))
             live = [c for c in (self.cand, *self.refs) if c.failure is None]
-            times = {}
-            for c in self.rng.sample(live, len(live)):
-                times[c.role] = self._run(c, case, timed=True)
-            for c in live:
-                if c.failure is None and times.get(c.role) is not None:
-                    self._check(c, case, seed)
+            best: dict[str, float] = {}
+            order = [(c, j) for c in live for j in range(k)]
+            self.rng.shuffle(order)
+            for c, j in order:
+                if c.failure is not None:
+                    continue
+                seed, case = cases[j]
+                t = self._run(c, case, timed=True)
+                if t is not None and self._check(c, case, seed):  # before the next call overwrites the outputs
+                    best[c.role] = min(best.get(c.role, t), t)
             if self.cand.failure:
                 res.status, res.message = self.cand.failure
                 return
             for c in live:
                 if c.failure is None:
-                    c.times_ms.append(times[c.role])
-            for r in self.refs:  # a reference that failed leaves the session with its rounds
-                if r.failure is not None:
-                    r.times_ms = []
-            if enough_rounds(self.plan, self.cand, self.refs, cap):
+                    c.times_ms.append(best[c.role])
+            for ref in self.refs:  # a reference that failed leaves the session with its rounds
+                if ref.failure is not None:
+                    ref.times_ms = []
+            if enough_rounds(self.plan, self.cand, self.refs, max(1, cap // k)):
                 break
+        case = cases[-1][1]
         status, msg = self.judge.check_inputs(case[0], case[1])
         if status is not Status.PASSED:
             res.status, res.message = status, msg
@@ -397,7 +497,7 @@ class RoundTimer:
     def _fill(self, res: "WorkloadResult") -> None:
         c = self.cand
         if not c.device and c.overhead is not None:
-            why = forged_clock(c.host_ms, c.worker_ms, c.overhead)
+            why = forged_clock(c.host_ms, c.worker_ms, c.slack_ms, c.overhead)
             if why:
                 res.status, res.message = Status.REJECTED, f"timing: {why}"
                 return

@@ -140,6 +140,7 @@ class Controller:
         self.store, self.task, self.evaluator, self.proposer, self.cfg = store, task, evaluator, proposer, cfg
         self.progress = progress or (lambda msg: None)
         self.time_limited = False  # the last run() stopped at its time limit, budget left
+        self._hardware = getattr(evaluator, "hardware", None)
         self.tree: Tree = Tree.new()
         self.state = SearchState()
         selected = task.select(cfg.workloads)
@@ -283,6 +284,7 @@ class Controller:
                 evaluation = self.evaluator.evaluate(candidate, self.cfg.workloads, self.timing,
                                                      references=self.references_for(node.parent_id))
                 reused = False
+                self._keep_hardware()
         summary = summarize(evaluation)
         tree = attach(self.tree, node_id, candidate.id if candidate else None, summary)
         state = update_state(self.state, tree, node_id, summary)
@@ -308,6 +310,17 @@ class Controller:
         return report
 
     # -- helpers ------------------------------------------------------------------------------------
+
+    def _keep_hardware(self) -> None:
+        """The judge re-probes a ceiling before it rejects a time below the floor: keep the corrected spec in the run
+        (resume uses the stored one) and hand it to the proposer (its prompts quote the ceilings)."""
+        hw = getattr(self.evaluator, "hardware", None)
+        if hw is None or hw is self._hardware:
+            return
+        self._hardware = hw
+        self.store.set_hardware(hw.model_dump(mode="json"))
+        if hasattr(self.proposer, "hardware"):
+            self.proposer.hardware = hw
 
     def references_for(self, parent_id: str | None) -> list[Reference]:
         """The kernels a child of ``parent_id`` is timed beside: its parent's (the naive kernel for a family
