@@ -678,6 +678,7 @@ class _Session:
 def _sandbox_summary(report: dict) -> dict:
     """The part of the worker's sandbox report worth keeping with every evaluation."""
     return {"namespaces": report.get("namespaces", []), "read_only_fs": report.get("read_only_fs", False),
+            "view": report.get("view", []),
             "hidden": report.get("hidden", []), "capabilities": report.get("capabilities"),
             "seccomp": bool(report.get("seccomp")), "limits": report.get("limits", {}),
             "errors": report.get("errors", [])}
