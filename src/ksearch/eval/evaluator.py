@@ -39,7 +39,7 @@ from ksearch.eval.compare import compare
 from ksearch.eval.hidden import draw_hidden_workloads
 from ksearch.eval.protocol import TimingPlan
 from ksearch.eval.records import Candidate, Evaluation, Status, WorkloadResult
-from ksearch.eval.sandbox import Policy, ProtocolViolation, Worker, WorkerDied, WorkerTimeout
+from ksearch.eval.sandbox import Policy, ProtocolViolation, Worker, WorkerDied, WorkerStopped, WorkerTimeout
 from ksearch.eval.timing import (Contender, ExternalKill, Reference, RoundTimer, calibrate, combine, decision_rounds,
                                  died_message, failure_status, killed_from_outside, worker_main_pid)
 from ksearch.hardware.load import LoadMeter
@@ -403,6 +403,8 @@ class Evaluator:
         """One untimed call. Raises ExternalKill when the worker was killed from outside."""
         try:
             reply = c.worker.request({"op": "call", "args": args, "timing": None}, timeout_s)
+        except WorkerStopped as e:
+            raise ExternalKill(c.role, str(e)) from None
         except WorkerTimeout:
             return Status.TIMEOUT, f"the kernel did not return within {timeout_s:g} s (killed)"
         except WorkerDied as e:
@@ -463,8 +465,8 @@ class _Session:
                                     "definition": judge.definition.model_dump(mode="json")}, 60.0)
         except (WorkerDied, WorkerTimeout, ProtocolViolation) as e:
             worker.close()
-            if isinstance(e, WorkerDied) and killed_from_outside(e):
-                raise ExternalKill(role, died_message(e)) from None
+            if isinstance(e, WorkerStopped) or isinstance(e, WorkerDied) and killed_from_outside(e):
+                raise ExternalKill(role, str(e) if isinstance(e, WorkerStopped) else died_message(e)) from None
             status = Status.REJECTED if isinstance(e, ProtocolViolation) else Status.RUNTIME_ERROR
             c.failure = (status, f"loading the kernel: {died_message(e) if isinstance(e, WorkerDied) else e}")
             return c
@@ -523,8 +525,9 @@ class _Session:
             if with_speedup and result.median_ms:
                 result.speedup_vs_naive = self._speedup(wl, result)
             ev.workloads.append(result)
-        if self.samples and self.references:
-            ev.paired = combine(self.samples, {r.role: r.candidate.id for r in self.references}, judge.config.timing)
+        if self.samples and self.references:  # workloads too short for the clock decide only when all are
+            samples = [d for ok, d in self.samples if ok] or [d for _, d in self.samples]
+            ev.paired = combine(samples, {r.role: r.candidate.id for r in self.references}, judge.config.timing)
 
     def _workload(self, wl: Workload, timed: bool, ev: Evaluation) -> WorkloadResult:
         """One workload, judged again on fresh workers once if a worker was killed from outside."""
@@ -532,14 +535,15 @@ class _Session:
             try:
                 return self._one(wl, timed, ev)
             except ExternalKill as e:
-                ev.infra_faults.append(f"{wl.label}: the {e.role}'s worker was killed from outside the judge "
-                                       f"({str(e).splitlines()[0]}); judged again on a fresh worker")
-                self.judge.progress(f"{wl.label}: a worker was killed from outside the judge; judging again")
+                ev.infra_faults.append(f"{wl.label}: the {e.role}'s worker was killed or stopped from outside the "
+                                       f"judge ({str(e).splitlines()[0]}); judged again on a fresh worker")
+                self.judge.progress(f"{wl.label}: a worker was killed or stopped from outside the judge; judging "
+                                    "again")
                 self._drop_workers(e.role, final=attempt == 2)
                 if attempt == 2 and e.role == "candidate":
                     return WorkloadResult(workload=wl.label, status=Status.RUNTIME_ERROR,
-                                          message=f"the worker was killed twice, on fresh workers ({e}); out of "
-                                                  "memory? (the OOM killer sends SIGKILL)")
+                                          message=f"the worker was killed (or stopped) twice, on fresh workers ({e}); "
+                                                  "out of memory? (the OOM killer sends SIGKILL)")
         return self._one(wl, timed, ev)  # a reference's worker was killed twice: it left; judge without it
 
     def _drop_workers(self, role: str, final: bool) -> None:
@@ -587,7 +591,7 @@ class _Session:
         res.load_cores = round(meter.reading().busy_cores, 2)
         if res.status is not Status.PASSED:
             return self._failed(res)
-        self.samples.append(timer.log_samples())
+        self.samples.append((res.resolved, timer.log_samples()))
         judge.roofline_of(wl, res)
         if judge.config.floor_check and res.pct_of_floor is not None and res.pct_of_floor > 100:
             self._below_floor(wl, axes, res)

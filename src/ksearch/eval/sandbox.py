@@ -75,6 +75,32 @@ class WorkerTimeout(Exception):
     """The worker did not answer within the deadline (it has been killed)."""
 
 
+#: seconds between checks, while a request waits, that no process of the worker was stopped from outside
+STOP_POLL_S = 1.0
+
+
+class WorkerStopped(WorkerTimeout):
+    """A process of the worker was stopped (SIGSTOP, SIGTSTP) by something other than the judge while a request
+    waited: an infrastructure fault, not the kernel's timeout (the worker has been killed)."""
+
+
+def stopped_process(pid: int) -> int | None:
+    """A process in the tree under ``pid`` (itself included) that is stopped (state T or t), or None."""
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo += [int(k) for k in f.read().split()]
+        except (OSError, IndexError, ValueError):
+            continue
+        if state in ("T", "t"):
+            return p
+    return None
+
+
 class ProtocolViolation(Exception):
     """A reply that does not answer the request sent (something in the worker wrote to the reply stream)."""
 
@@ -232,9 +258,18 @@ class Worker:
         deadline = time.monotonic() + timeout_s
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
-            if left <= 0 or not self._sel.select(timeout=left):
+            if left <= 0:
+                stopped = stopped_process(self.proc.pid)
                 self.kill()
+                if stopped is not None:
+                    raise WorkerStopped(f"worker process {stopped} was stopped by a signal from outside the judge")
                 raise WorkerTimeout(f"no answer within {timeout_s:g} s")
+            if not self._sel.select(timeout=min(left, STOP_POLL_S)):
+                stopped = stopped_process(self.proc.pid) if left > STOP_POLL_S else None
+                if stopped is not None:  # stopped from outside: say so now, not at the deadline
+                    self.kill()
+                    raise WorkerStopped(f"worker process {stopped} was stopped by a signal from outside the judge")
+                continue
             chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
             if not chunk:  # the worker is gone; let its init and launcher report how it ended
                 try:

@@ -39,7 +39,7 @@ import numpy as np
 
 from ksearch.eval.protocol import TimingPlan
 from ksearch.eval.records import Candidate, Paired, Status
-from ksearch.eval.sandbox import ProtocolViolation, Worker, WorkerDied, WorkerTimeout, describe_exit
+from ksearch.eval.sandbox import ProtocolViolation, Worker, WorkerDied, WorkerStopped, WorkerTimeout, describe_exit
 from ksearch.eval.stats import (LogSample, PairedStats, combine_paired, log_sample, min_rounds_for, paired_ratio,
                                 summarize_times)
 
@@ -256,11 +256,22 @@ def decision_rounds(plan: TimingPlan) -> int:
     return max(plan.min_rounds, min_rounds_for(plan.confidence))
 
 
-def enough_rounds(plan: TimingPlan, cand: Contender, refs: list[Contender], cap: int) -> bool:
+#: a call shorter than this many empty round trips is below what the controller's clock resolves
+RESOLVE_ROUND_TRIPS = 20
+
+
+def resolved(times_ms: list[float], empty_ms: float) -> bool:
+    """Whether calls of these (median) times are long enough for the controller's clock: at least
+    RESOLVE_ROUND_TRIPS empty round trips. Shorter workloads come out as ties and do not decide combined verdicts."""
+    return bool(times_ms) and float(np.median(times_ms)) >= RESOLVE_ROUND_TRIPS * empty_ms
+
+
+def enough_rounds(plan: TimingPlan, cand: Contender, refs: list[Contender], cap: int, empty_ms: float = 0.0) -> bool:
     """Whether the session may stop after the rounds done: the cap of input sets or rounds; alone, as
-    `TimingPlan.done`; with references, once `decision_rounds` are done, the time budget, or every live
-    comparison decided at EARLY_CONFIDENCE (a stricter level than the verdict's, since this looks after every
-    round) or within ``plan.precision`` at ``plan.confidence``."""
+    `TimingPlan.done`; with references, once `decision_rounds` are done, the time budget, calls too short for the
+    controller's clock to resolve (`resolved`: more rounds would not decide them), or every live comparison
+    decided at EARLY_CONFIDENCE (a stricter level than the verdict's, since this looks after every round) or within
+    ``plan.precision`` at ``plan.confidence``."""
     n = len(cand.times_ms)
     timed_s = sum(cand.times_ms) * 1e-3
     if n >= min(cap, plan.max_repeats):
@@ -272,6 +283,8 @@ def enough_rounds(plan: TimingPlan, cand: Contender, refs: list[Contender], cap:
         return False
     everyone_s = timed_s + sum(sum(r.times_ms) for r in live) * 1e-3
     if timed_s >= plan.max_time_s or everyone_s >= 2 * plan.max_time_s:
+        return True
+    if not resolved(cand.times_ms, empty_ms) and not all(resolved(r.times_ms, empty_ms) for r in live):
         return True
     for r in live:
         if paired_ratio(cand.times_ms, r.times_ms, EARLY_CONFIDENCE).verdict(plan.min_effect) != "tie":
@@ -345,6 +358,8 @@ class RoundTimer:
         """A request to ``c``'s worker; None (and ``c.failure`` set) when it failed. Raises ExternalKill."""
         try:
             reply = c.worker.request(msg, timeout_s)
+        except WorkerStopped as e:
+            raise ExternalKill(c.role, str(e)) from None
         except WorkerTimeout:
             self._fail(c, Status.TIMEOUT, f"the kernel did not return within {timeout_s:g} s (killed)")
             return None
@@ -485,7 +500,7 @@ class RoundTimer:
             for ref in self.refs:  # a reference that failed leaves the session with its rounds
                 if ref.failure is not None:
                     ref.times_ms = []
-            if enough_rounds(self.plan, self.cand, self.refs, max(1, cap // k)):
+            if enough_rounds(self.plan, self.cand, self.refs, max(1, cap // k), self.empty_ms):
                 break
         case = cases[-1][1]
         status, msg = self.judge.check_inputs(case[0], case[1])
@@ -506,6 +521,7 @@ class RoundTimer:
         res.ci_ms = [stats.ci_ms[0], stats.ci_ms[1]]
         res.clock = "device events" if c.device else "controller"
         res.verified_rounds = stats.n
+        res.resolved = c.device or resolved(c.times_ms, self.empty_ms)
         for r in self.refs:
             for role in r.roles:
                 if r.failure is not None:
