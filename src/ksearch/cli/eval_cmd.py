@@ -8,12 +8,15 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ksearch.cli.options import positive_seconds
 from ksearch.errors import TargetError, TaskError
 from ksearch.eval.evaluator import EvalConfig, Evaluator
 from ksearch.eval.records import Candidate
 from ksearch.eval.sandbox import Policy
+from ksearch.eval.timing import Reference
+from ksearch.llm.untrusted import clean
 from ksearch.report.tables import ceilings_lines, evaluation_json, evaluation_table, wide_console
 from ksearch.targets import get_target, resolve_target
 from ksearch.tasks import load_task
@@ -84,12 +87,14 @@ def eval_command(
                     status.update(msg)
 
             ev_ = Evaluator(t, target, hardware, cfg, progress)
-            naive_ev = None
-            if naive and target in t.naive_sources:
-                naive_ev = ev_.measure_naive(selected)
+            naive_ev, refs = None, []
+            if naive and target in t.naive_sources:  # checked alone, then timed beside the kernel (paired rounds)
+                naive_ev = ev_.measure_naive(selected, timing=False)
+                if naive_ev.status.passed:
+                    refs = [Reference("naive", ev_.naive_candidate())]
             candidate = given or Candidate(target=target, sources={kernel.name: source}, entry_point=entry,
                                            compile_flags=flags.split(), launch=plan)
-            result = ev_.evaluate(candidate, names)
+            result = ev_.evaluate(candidate, names, references=refs)
     except KeyboardInterrupt:
         console.print("interrupted: the evaluation was stopped and its worker killed; nothing was saved")
         raise typer.Exit(130) from None
@@ -98,10 +103,12 @@ def eval_command(
     else:
         out = wide_console()
         out.print(evaluation_table(result, title=f"{t.name} · {kernel.name} · {target}"))
-        if result.message and not result.status.passed:
-            out.print(f"[bold red]{result.status.value}[/]: {result.message}", markup=True, highlight=False)
+        if result.message and not result.status.passed:  # the kernel's own text may be in it: no markup, no escapes
+            out.print(f"[bold red]{result.status.value}[/]: {escape(clean(result.message))}", highlight=False)
         if naive_ev is not None and not naive_ev.status.passed:
-            out.print(f"[yellow]naive kernel: {naive_ev.status.value}: {naive_ev.message}[/]")
+            out.print(f"[yellow]naive kernel: {naive_ev.status.value}: {escape(clean(naive_ev.message))}[/]")
+        for fault in result.infra_faults:
+            out.print(f"[yellow]{escape(fault)}[/]", highlight=False)
         for line in ceilings_lines(hardware):
             out.print(line, highlight=False)
     if not result.status.passed:

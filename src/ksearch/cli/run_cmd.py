@@ -15,7 +15,7 @@ from ksearch.cli.options import TIME_LIMIT_HELP, llm_settings, positive_seconds,
 from ksearch.errors import LLMBudgetExhausted, LLMError, LLMUnavailable
 from ksearch.llm.settings import infer_backend
 from ksearch.report.summary import decision_path, summary_table, tree_view, verdict_lines
-from ksearch.report.tables import wide_console
+from ksearch.report.tables import paired_text, wide_console
 from ksearch.search.controller import RunConfig, StepReport
 from ksearch.search.session import Session
 from ksearch.search.strategy import StrategyConfig
@@ -56,8 +56,8 @@ def _drive(session: Session, as_json: bool, time_limit_s: float | None = None) -
                     f" {ev.wall_s:5.1f}s" + (f" (load {ev.load_s:.1f}s)" if ev.load_s else "")
                 # labels are the planner's words (a model's, with the llm proposer): never markup
                 bar.console.print(f"  [{r.seq:>3}] {r.node_id:<5} {escape(f'{r.label[:26]:<26}')} "
-                                  f"{r.node_status:<9} {score:>8}{note}{took}  [dim]{escape(why[:60])}[/]",
-                                  highlight=False)
+                                  f"{r.node_status:<9} {score:>8}{note}{took}{_paired_note(ev, r.reused)}  "
+                                  f"[dim]{escape(why[:60])}[/]", highlight=False)
 
         try:  # Ctrl-C anywhere: the naive baseline, the search or the final measurements
             c.start()
@@ -85,6 +85,25 @@ def _drive(session: Session, as_json: bool, time_limit_s: float | None = None) -
     if c.time_limited and not as_json:  # the bar's line is overwritten by the final stage: say it at the end
         err.print(f"stopped by the time limit ({time_limit_s:g} s) after {c.evaluations} of {session.cfg.budget} "
                   f"evaluations; continue with [bold]ksearch resume {session.run_id}[/]", highlight=False)
+
+
+def _paired_note(ev, reused: bool) -> str:
+    """The step's paired verdicts, e.g. `` vs parent 1.27x [1.11, 1.45] faster, vs best tie (under load)``."""
+    if reused or not ev.paired:
+        return ""
+    same = {p.role: p for p in ev.paired}
+    parts = []
+    for role in ("parent", "best"):
+        p = same.get(role)
+        if p is None:
+            continue
+        if role == "best" and "parent" in same and same["parent"].candidate_id == p.candidate_id:
+            parts[-1] = parts[-1].replace("vs parent", "vs parent (the best)")
+            continue
+        parts.append(f"vs {role} {paired_text(p, with_rounds=False)}")
+    loaded = [r.load_cores for r in ev.workloads if r.load_cores is not None]
+    busy = " [yellow](timed under load)[/]" if loaded and max(loaded) > 0.5 else ""
+    return ("  " + ", ".join(escape(x) for x in parts) + busy) if parts else ""
 
 
 def _best(c) -> str:

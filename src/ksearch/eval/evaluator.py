@@ -50,6 +50,8 @@ from ksearch.tasks.loader import Task
 
 #: calls of each kernel per paired round on a busy machine (the round keeps each kernel's fastest)
 BUSY_CALLS = 2
+#: the shortest window a load reading decides on (the kernel counts CPU time in 10 ms ticks)
+MIN_LOAD_WINDOW_S = 0.25
 
 #: targets whose worker needs the GPU (Policy.gpu; namespaces and seccomp off, see `_start_worker`)
 GPU_TARGETS = ("cuda", "triton", "mlx-cuda", "mlx-metal")
@@ -446,18 +448,28 @@ class _Session:
         self.scratch, self.references = scratch, references
         self.cand: Contender | None = None
         self.refs: list[Contender] | None = None
-        self.samples: list[dict] = []
+        self.samples: list[tuple] = []
         self.wait_left = judge.config.busy_wait_s
+        self.meter = LoadMeter()  # the whole evaluation's: for a workload whose checks were too short to read
 
     # -- workers ------------------------------------------------------------------------------------
 
-    def _start(self, role: str, candidate: Candidate, artifact: Path, ev: Evaluation | None) -> Contender | str:
-        """A loaded, calibrated worker for ``candidate``, or why it could not be had. Raises ExternalKill."""
-        judge = self.judge
+    def _spawn(self, role: str, candidate: Candidate, artifact: Path) -> Contender:
+        """Start a worker for ``candidate`` without waiting for it (its interpreter and jail take ~0.3 s: reference
+        kernels' workers start while the candidate is compiled and checked)."""
         out_dir = self.scratch / role
-        t_load = time.perf_counter()
-        worker = judge.start_worker(out_dir, artifact, len(self.selected))
+        worker = self.judge.start_worker(out_dir, artifact, len(self.selected))
         c = Contender(role, candidate.id, worker, device=False, out_dir=out_dir)
+        c.spawned = (candidate, artifact, time.perf_counter())
+        return c
+
+    def _ready(self, c: Contender, ev: Evaluation | None) -> Contender:
+        """Calibrate a spawned worker's empty round trip (before its kernel loads), then load the kernel; on
+        failure ``c.failure`` says why. Raises ExternalKill."""
+        judge = self.judge
+        candidate, artifact, t_load = c.spawned
+        c.spawned = None
+        worker = c.worker
         try:
             c.overhead = calibrate(worker)
             reply = worker.request({"op": "load", "target": judge.target.name, "artifact": str(artifact),
@@ -466,7 +478,7 @@ class _Session:
         except (WorkerDied, WorkerTimeout, ProtocolViolation) as e:
             worker.close()
             if isinstance(e, WorkerStopped) or isinstance(e, WorkerDied) and killed_from_outside(e):
-                raise ExternalKill(role, str(e) if isinstance(e, WorkerStopped) else died_message(e)) from None
+                raise ExternalKill(c.role, str(e) if isinstance(e, WorkerStopped) else died_message(e)) from None
             status = Status.REJECTED if isinstance(e, ProtocolViolation) else Status.RUNTIME_ERROR
             c.failure = (status, f"loading the kernel: {died_message(e) if isinstance(e, WorkerDied) else e}")
             return c
@@ -484,23 +496,30 @@ class _Session:
         c.main_pid = worker_main_pid(worker.proc.pid)
         return c
 
-    def _references(self) -> list[Contender]:
-        """The reference kernels' workers (built and started once per evaluation)."""
+    def spawn_references(self) -> None:
+        """Build the reference kernels (cached builds) and start their workers, once per evaluation."""
         if self.refs is not None:
-            return [r for r in self.refs if r.failure is None]
+            return
         self.refs = []
         for ref in self.references:
             same = next((c for c in self.refs if c.candidate_id == ref.candidate.id), None)
             if same is not None:  # the parent is the best: one worker, a comparison for each role
                 same.aliases += (ref.role,)
                 continue
-            self.judge.progress(f"reference {ref.role} {ref.candidate.id}: building and loading")
             built = self.judge.target.compile(ref.candidate, self.judge.definition, self.judge.config.compile_timeout_s)
             if not built.ok:
                 self.refs.append(Contender(ref.role, ref.candidate.id, None, False, self.scratch / ref.role,
                                            failure=(Status.COMPILE_ERROR, built.log[:300])))
                 continue
-            self.refs.append(self._start(ref.role, ref.candidate, built.artifact, None))
+            self.refs.append(self._spawn(ref.role, ref.candidate, built.artifact))
+
+    def _references(self) -> list[Contender]:
+        """The reference kernels' workers, ready (spawned at the evaluation's start when it times anything)."""
+        self.spawn_references()
+        for r in self.refs:
+            if r.failure is None and r.spawned is not None:
+                self.judge.progress(f"reference {r.role} {r.candidate_id}: loading")
+                self._ready(r, None)
         return [r for r in self.refs if r.failure is None]
 
     def close(self) -> None:
@@ -512,6 +531,8 @@ class _Session:
 
     def run(self, timing: bool | str, ev: Evaluation, with_speedup: bool) -> None:
         judge = self.judge
+        if self.references and any(timing if isinstance(timing, bool) else w.purpose == timing for w in self.selected):
+            self.spawn_references()  # their workers start while the candidate's starts and is checked
         for wl in self.selected:
             if ev.workloads and judge.config.stop_on_failure and \
                     any(r.status not in (Status.PASSED, Status.SKIPPED) for r in ev.workloads):
@@ -562,7 +583,7 @@ class _Session:
     def _one(self, wl: Workload, timed: bool, ev: Evaluation) -> WorkloadResult:
         judge = self.judge
         if self.cand is None or self.cand.worker.proc.poll() is not None:
-            self.cand = self._start("candidate", self.candidate, self.artifact, ev)
+            self.cand = self._ready(self._spawn("candidate", self.candidate, self.artifact), ev)
         res = WorkloadResult(workload=wl.label, status=Status.PASSED)
         if self.cand.failure is not None:
             res.status, res.message = self.cand.failure
@@ -582,7 +603,10 @@ class _Session:
         if self.cand.worker.proc.poll() is not None:
             res.status, res.message = Status.RUNTIME_ERROR, "the worker exited after the checks"
             return self._failed(res)
-        busy = self._quiet(wl, meter.reading(), ev)
+        reading = meter.reading()
+        if reading.window_s < MIN_LOAD_WINDOW_S:  # /proc/stat counts in 10 ms ticks: too short to tell
+            reading = self.meter.reading()
+        busy = self._quiet(wl, reading, ev)
         judge.progress(f"time {wl.label}" + (f" beside {', '.join(r.role for r in refs)}" if refs else ""))
         timer = RoundTimer(judge, wl, axes, [self.cand, *refs], judge.config.timing, judge.config.timeout_s, call,
                            calls=BUSY_CALLS if busy and refs else 1)

@@ -31,8 +31,9 @@ class TimingPlan(BaseModel):
     Each repeat is preceded (outside the timed region) by re-poisoning the outputs and writing a buffer of
     ``flush_bytes`` to evict the caches. A candidate timed beside reference kernels (paired rounds, see
     `ksearch.eval.timing`) stops once every comparison is decided or precise: after at least ``min_rounds``
-    rounds, when the ratio's ``confidence`` interval excludes a tie or its half-width is at most ``precision``
-    (log units: 0.05 is about +-5%); differences under ``min_effect`` are ties. ``block_repeats``: device-timed
+    rounds (and the rounds an interval at ``confidence`` needs), when the interval excludes a tie or its half-width
+    is at most ``precision`` (log units: 0.05 is about +-5%), or at ``max_rounds``; differences under
+    ``min_effect`` are ties. ``block_repeats``: device-timed
     repeats per round for device targets (their events time a block; the round's time is its median).
     """
 
@@ -43,6 +44,7 @@ class TimingPlan(BaseModel):
     max_time_s: float = 5.0
     flush_bytes: int = 64 << 20
     min_rounds: int = Field(default=3, ge=2)
+    max_rounds: int = Field(default=25, ge=2)
     precision: float = Field(default=0.05, gt=0)
     confidence: float = Field(default=0.999, gt=0.5, lt=1)
     min_effect: float = Field(default=0.01, ge=0)

@@ -307,12 +307,12 @@ class Worker:
             pass
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.close()
-                self.proc.wait(timeout=2)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
+        """Kill the worker (a worker keeps nothing worth a graceful exit: its results are in its replies and its
+        stderr file) and release its pipes."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
         self.kill()
         self._sel.close()
         self.proc.stdout.close()

@@ -240,6 +240,8 @@ class Contender:
     main_pid: int | None = None
     #: further roles of the same kernel (the parent that is also the best): one worker, one comparison each
     aliases: tuple[str, ...] = ()
+    #: (candidate, artifact, start time) of a worker started but not yet calibrated and loaded
+    spawned: tuple | None = None
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -257,7 +259,7 @@ def decision_rounds(plan: TimingPlan) -> int:
 
 
 #: a call shorter than this many empty round trips is below what the controller's clock resolves
-RESOLVE_ROUND_TRIPS = 20
+RESOLVE_ROUND_TRIPS = 5
 
 
 def resolved(times_ms: list[float], empty_ms: float) -> bool:
@@ -267,24 +269,25 @@ def resolved(times_ms: list[float], empty_ms: float) -> bool:
 
 
 def enough_rounds(plan: TimingPlan, cand: Contender, refs: list[Contender], cap: int, empty_ms: float = 0.0) -> bool:
-    """Whether the session may stop after the rounds done: the cap of input sets or rounds; alone, as
-    `TimingPlan.done`; with references, once `decision_rounds` are done, the time budget, calls too short for the
+    """Whether the session may stop after the rounds done: the cap of input sets, or of rounds (``max_rounds`` with
+    references, ``max_repeats`` alone); alone, as
+    `TimingPlan.done`; with references, once `decision_rounds` are done: the time budget, calls too short for the
     controller's clock to resolve (`resolved`: more rounds would not decide them), or every live comparison
     decided at EARLY_CONFIDENCE (a stricter level than the verdict's, since this looks after every round) or within
     ``plan.precision`` at ``plan.confidence``."""
     n = len(cand.times_ms)
     timed_s = sum(cand.times_ms) * 1e-3
-    if n >= min(cap, plan.max_repeats):
-        return True
     live = [r for r in refs if r.failure is None and len(r.times_ms) == n]
+    if n >= min(cap, plan.max_rounds if live else plan.max_repeats):
+        return True
     if not live:
         return plan.done(n, timed_s)
     if n < decision_rounds(plan):
         return False
+    if not resolved(cand.times_ms, empty_ms) and not all(resolved(r.times_ms, empty_ms) for r in live):
+        return True  # calls too short for the controller's clock: more rounds would not decide them
     everyone_s = timed_s + sum(sum(r.times_ms) for r in live) * 1e-3
     if timed_s >= plan.max_time_s or everyone_s >= 2 * plan.max_time_s:
-        return True
-    if not resolved(cand.times_ms, empty_ms) and not all(resolved(r.times_ms, empty_ms) for r in live):
         return True
     for r in live:
         if paired_ratio(cand.times_ms, r.times_ms, EARLY_CONFIDENCE).verdict(plan.min_effect) != "tie":

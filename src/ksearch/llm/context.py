@@ -438,6 +438,21 @@ def speedup_over_parent(tree: Tree, node: Node) -> float | None:
     return node.evaluation.score / parent if parent else None  # type: ignore[operator]
 
 
+def paired_words(ev) -> str:
+    """What the judge found timing the node's kernel beside its parent and the best (paired rounds on the same
+    inputs, 99.9% intervals of reference time / this kernel's time), e.g. ``; timed beside its parent: 1.27x
+    [1.11-1.45], faster; beside the best: tie``; "" when it was not timed beside them."""
+    parts = []
+    for role, label, verdict in (("parent", "its parent", ev.vs_parent), ("best", "the best", ev.vs_best)):
+        iv = ev.intervals.get(role)
+        if verdict is None or not iv:
+            continue
+        ratio, lo, hi = iv
+        span = f" [{_g(lo)}-{_g(hi)}]" if lo is not None and hi is not None else ""
+        parts.append(f"beside {label}: {_g(ratio)}x{span}, {'a tie (within the interval)' if verdict == 'tie' else verdict}")
+    return ("; timed " + "; ".join(parts)) if parts else ""
+
+
 def node_line(tree: Tree, node: Node) -> dict[str, Any]:
     """One node as a dict of short strings (what tree views list)."""
     a = node.action
@@ -447,6 +462,7 @@ def node_line(tree: Tree, node: Node) -> dict[str, Any]:
     elif ev.passed:
         vs = speedup_over_parent(tree, node)
         result = f"measured {_g(ev.score)}x naive" + (f", {_g(vs)}x its parent" if vs is not None else "")
+        result += paired_words(ev)
     else:
         result = f"failed: {ev.status}"
     return {

@@ -28,12 +28,17 @@ def final_summary(run: dict, evaluations: int, best_node: str | None, best_candi
         b = best.result(r.workload) if best else None
         ref = reference.get(r.workload) or {}
         best_ms = b.median_ms if b else None
+        paired = next((p for p in b.paired if p.role == "naive" and p.ratio), None) if b else None
         rows.append({
             "name": r.workload,
             "naive_ms": r.median_ms,
             "best_ms": best_ms,
             "reference_ms": ref.get("median_ms"),
-            "speedup_vs_naive": (r.median_ms / best_ms) if best_ms else None,
+            # timed beside the naive kernel (paired rounds) where it was; else the two medians' ratio
+            "speedup_vs_naive": paired.ratio if paired else (r.median_ms / best_ms) if best_ms else None,
+            "speedup_vs_naive_interval": [paired.lo, paired.hi] if paired and paired.lo and paired.hi else None,
+            "best_spread": b.spread if b else None,
+            "load_cores": b.load_cores if b else None,
             "speedup_vs_reference": (ref["median_ms"] / best_ms) if best_ms and ref.get("median_ms") else None,
             "pct_of_floor": b.pct_of_floor if b else None,
             "naive_pct_of_floor": r.pct_of_floor,
@@ -75,17 +80,21 @@ def verdict_lines(summary: dict) -> list[str]:
 
 def summary_table(summary: dict) -> Table:
     ref = summary["reference_baseline"]
-    t = Table(title=f"{summary['run_id']}: best kernel vs baselines (medians measured side by side at the end)")
-    for col in ("workload", "naive ms", "best ms", f"{ref} ms", "vs naive", f"vs {ref}", "% of floor",
-                "floor ms"):
+    t = Table(title=f"{summary['run_id']}: best kernel vs baselines (measured side by side at the end; the best "
+                    f"timed beside the naive kernel, paired rounds)")
+    for col in ("workload", "naive ms", "best ms", f"{ref} ms", "vs naive (paired, 99.9%)", f"vs {ref}",
+                "% of floor", "floor ms"):
         t.add_column(col, justify="left" if col == "workload" else "right", no_wrap=True)
 
     def f(x, fmt):
         return "—" if x is None else format(x, fmt)
 
     for w in summary["workloads"]:
-        t.add_row(w["name"], f(w["naive_ms"], ".4g"), f(w["best_ms"], ".4g"), f(w["reference_ms"], ".4g"),
-                  f(w["speedup_vs_naive"], ".1f") + "x" if w["speedup_vs_naive"] else "—",
+        iv = w.get("speedup_vs_naive_interval")
+        spread = f" ±{100 * w['best_spread']:.0f}%" if w.get("best_spread") is not None else ""
+        t.add_row(w["name"], f(w["naive_ms"], ".4g"), f(w["best_ms"], ".4g") + spread, f(w["reference_ms"], ".4g"),
+                  (f(w["speedup_vs_naive"], ".1f") + "x" + (f" [{iv[0]:.1f}, {iv[1]:.1f}]" if iv else ""))
+                  if w["speedup_vs_naive"] else "—",
                   f(w["speedup_vs_reference"], ".1f") + "x" if w["speedup_vs_reference"] else "—",
                   f(w["pct_of_floor"], ".1f"), "—" if w["floor_ms"] is None else f"{w['floor_ms']:.3g} ({w['bound']})")
     return t

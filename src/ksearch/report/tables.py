@@ -11,21 +11,38 @@ def _f(x: float | None, fmt: str) -> str:
     return "—" if x is None else format(x, fmt)
 
 
+def paired_text(p, with_rounds: bool = True) -> str:
+    """A paired comparison in a few words, e.g. ``1.27x [1.11, 1.45] faster (24 rounds)`` (ratio = reference time /
+    candidate time; the interval at the judge's confidence; ``no interval`` with too few rounds)."""
+    if p is None or p.ratio is None:
+        return "—" if p is None else f"— ({p.note[:60]})" if p.note else "—"
+    iv = f" [{p.lo:.3g}, {p.hi:.3g}]" if p.lo is not None and p.hi is not None else ""
+    verdict = p.verdict or "no interval"
+    return f"{p.ratio:.3g}x{iv} {verdict}" + (f" ({p.n} rounds)" if with_rounds else "")
+
+
 def evaluation_table(ev: Evaluation, title: str = "") -> Table:
-    """One row per workload: status, errors, median time ± spread, GB/s, % of floor, speedup vs naive."""
+    """One row per workload: status, errors, median time ± spread, GB/s, % of floor, speedup vs naive, and each
+    paired comparison (ratio, its interval and verdict), with the load while timing when the machine was busy."""
     table = Table(title=title or f"{ev.task} · {ev.candidate_id}")
+    roles = list(dict.fromkeys(p.role for r in ev.workloads for p in r.paired))
     for col, just in (("workload", "left"), ("status", "left"), ("max abs err", "right"), ("max rel err", "right"),
                       ("median ms", "right"), ("spread", "right"), ("GB/s", "right"), ("floor ms", "right"),
-                      ("% of floor", "right"), ("vs naive", "right")):
+                      ("% of floor", "right"), ("vs naive", "right"), *((f"vs {r} (paired)", "right") for r in roles)):
         table.add_column(col, justify=just, no_wrap=col in ("workload", "status"))
     for r in ev.workloads:
         style = "green" if r.status is Status.PASSED else ("dim" if r.status is Status.SKIPPED else "red")
+        by_role = {p.role: p for p in r.paired}
+        busy = f" [yellow](load {r.load_cores:.1f})[/]" if r.load_cores and r.load_cores > 0.5 else ""
         table.add_row(
             r.workload, f"[{style}]{r.status.value}[/]", _f(r.max_abs_err, ".2e"), _f(r.max_rel_err, ".2e"),
-            _f(r.median_ms, ".4g"), "—" if r.spread is None else f"±{100 * r.spread:.1f}%", _f(r.achieved_gbs, ".2f"),
-            "—" if r.floor_ms is None else f"{r.floor_ms:.4g} ({r.bound})", _f(r.pct_of_floor, ".1f"),
-            "—" if r.speedup_vs_naive is None else f"{r.speedup_vs_naive:.2f}x",
+            _f(r.median_ms, ".4g") + busy, "—" if r.spread is None else f"±{100 * r.spread:.1f}%",
+            _f(r.achieved_gbs, ".2f"), "—" if r.floor_ms is None else f"{r.floor_ms:.4g} ({r.bound})",
+            _f(r.pct_of_floor, ".1f"), "—" if r.speedup_vs_naive is None else f"{r.speedup_vs_naive:.2f}x",
+            *(paired_text(by_role.get(role)) for role in roles),
         )
+    if ev.paired and len(ev.workloads) > 1:
+        table.caption = "over the timed workloads: " + "; ".join(f"vs {p.role} {paired_text(p)}" for p in ev.paired)
     return table
 
 
@@ -68,9 +85,13 @@ def evaluation_json(ev: Evaluation, hw=None) -> dict:
             {"name": r.workload, "status": r.status.value, "max_abs_err": r.max_abs_err,
              "max_rel_err": r.max_rel_err, "median_ms": r.median_ms, "spread": r.spread,
              "achieved_gbs": r.achieved_gbs, "floor_ms": r.floor_ms, "bound": r.bound,
-             "pct_of_floor": r.pct_of_floor, "speedup_vs_naive": r.speedup_vs_naive, "message": r.message}
+             "pct_of_floor": r.pct_of_floor, "speedup_vs_naive": r.speedup_vs_naive, "message": r.message,
+             "median_interval_ms": r.ci_ms, "repeats": r.repeats, "clock": r.clock, "load_cores": r.load_cores,
+             "paired": [p.model_dump(mode="json") for p in r.paired]}
             for r in ev.workloads
         ],
+        "paired": [p.model_dump(mode="json") for p in ev.paired],
+        "infra_faults": ev.infra_faults,
         "sandbox": ev.sandbox,
     }
 

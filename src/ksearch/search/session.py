@@ -18,6 +18,7 @@ from ksearch.errors import SearchError, StoreError, TaskError
 from ksearch.eval.baselines import BaselineNotForTarget, BaselineUnavailable, time_baseline
 from ksearch.eval.evaluator import EvalConfig, Evaluator
 from ksearch.eval.records import Evaluation, Status
+from ksearch.eval.timing import Reference
 from ksearch.hardware.cache import spec_for_run
 from ksearch.proposers.base import get_proposer
 from ksearch.report.summary import final_summary
@@ -205,8 +206,9 @@ class Session:
             raise SearchError(f"the naive kernel failed its final check: {naive.message}")
         best_eval = None
         if best:
-            self.progress("final: best kernel on fresh inputs")
-            best_eval = ev.evaluate(best[1], names, timing=True)
+            self.progress("final: best kernel on fresh inputs, timed beside the naive kernel")
+            best_eval = ev.evaluate(best[1], names, timing=True,
+                                    references=[Reference("naive", ev.naive_candidate())])
             if best_eval.status is not Status.PASSED:
                 self.progress(f"final: the best kernel FAILED on fresh inputs: {best_eval.message}")
             hidden = self._hidden_check(ev, best[1], selected, best_eval)
