@@ -80,8 +80,8 @@ def test_ctrl_c_during_eval_says_so_and_leaves_no_worker(tmp_path):
                              "--no-naive"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list(shared_base().glob(f"ksearch-eval-{proc.pid}-*/home")):
-        time.sleep(0.05)  # until the worker's directory exists
+    while time.monotonic() < deadline and not list(shared_base().glob(f"ksearch-eval-{proc.pid}-*/*/home")):
+        time.sleep(0.05)  # until the worker's directory (scratch/<role>/home) exists
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
@@ -265,7 +265,7 @@ def test_eval_takes_a_rendered_candidate_json_as_it_is(tmp_path, monkeypatch):
         def __init__(self, *a, **k):
             pass
 
-        def evaluate(self, candidate, names):
+        def evaluate(self, candidate, names, references=()):
             judged.append(candidate)
             raise KeyboardInterrupt
 
