@@ -1,4 +1,10 @@
+import os
+import shutil
+from pathlib import Path
+
 import pytest
+
+_SESSION_HOME: list[Path] = []
 
 
 @pytest.fixture(autouse=True)
@@ -6,7 +12,29 @@ def _isolated_home(tmp_path_factory, monkeypatch):
     """Every test gets its own KSEARCH_HOME, shared within the session for the hardware spec cache."""
     home = tmp_path_factory.getbasetemp() / "ksearch-home"
     home.mkdir(exist_ok=True)
+    if not _SESSION_HOME:
+        _SESSION_HOME.append(home)
     monkeypatch.setenv("KSEARCH_HOME", str(home))
+
+
+def fresh_home(path: Path) -> Path:
+    """A new KSEARCH_HOME at ``path`` holding the session's measured CPU spec: a run in a home of its own would
+    probe the ceilings again (~4 s on 2 cores). Measures it once in the session's home if it is not there yet."""
+    path.mkdir(parents=True, exist_ok=True)
+    session = _SESSION_HOME[0] if _SESSION_HOME else None
+    if session is not None:
+        if not (session / "hardware").is_dir():
+            from ksearch.hardware.cache import load_or_measure
+
+            old = os.environ.get("KSEARCH_HOME")
+            os.environ["KSEARCH_HOME"] = str(session)
+            try:
+                load_or_measure()
+            finally:
+                os.environ["KSEARCH_HOME"] = old if old is not None else str(session)
+        if (session / "hardware").is_dir():
+            shutil.copytree(session / "hardware", path / "hardware", dirs_exist_ok=True)
+    return path
 
 
 def pytest_collection_modifyitems(config, items):

@@ -8,6 +8,8 @@ from ksearch.cli import app
 
 from ..eval import kernels
 
+from tests.conftest import fresh_home
+
 runner = CliRunner()
 
 
@@ -115,7 +117,7 @@ def test_damaged_runs_are_one_line_errors_and_listed_as_unreadable(tmp_path):
 
 
 def test_llm_flags_are_checked_before_a_run_is_created(tmp_path, monkeypatch):
-    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KSEARCH_HOME", str(fresh_home(tmp_path / "home")))
     cases = [
         (["run", "--backend", "openai"], "are for the llm proposer"),
         (["run", "--max-cost", "1"], "are for the llm proposer"),
@@ -151,7 +153,7 @@ def test_an_error_message_is_one_line_and_keeps_its_brackets(tmp_path):
     import os
 
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env.update(KSEARCH_HOME=str(tmp_path / "home"), KSEARCH_CONFIG=str(tmp_path / "none.toml"), COLUMNS="80")
+    env.update(KSEARCH_HOME=str(fresh_home(tmp_path / "home")), KSEARCH_CONFIG=str(tmp_path / "none.toml"), COLUMNS="80")
     p = subprocess.run([sys.executable, "-m", "ksearch", "run", "selective-scan", "--model", "gpt-4.1"],
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 2, p.stderr
@@ -165,7 +167,7 @@ def test_max_cost_on_a_model_without_a_price_is_refused_before_a_run_exists(tmp_
     'interrupted' run; with the command backend it was accepted and never bound."""
     import os
 
-    env = dict(os.environ, KSEARCH_HOME=str(tmp_path / "home"))
+    env = dict(os.environ, KSEARCH_HOME=str(fresh_home(tmp_path / "home")))
     for args, match in ((["--model", "my-finetune", "--base-url", "http://127.0.0.1:9/v1"],
                          "'my-finetune' has no price"),
                         (["--backend", "command", "--command", "cat"], "cannot limit the command backend")):
@@ -179,7 +181,7 @@ def test_llm_flags_that_contradict_each_other_are_refused_on_one_line(tmp_path, 
     """Flags silently dropped before: --proposer patterns with --model (the model won), --command with
     --queue-dir (the queue was ignored), a backend's flag under another backend, --context / --llm-timeout
     without the llm proposer. Each refusal is one `error:` line, exit 2, and no run."""
-    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KSEARCH_HOME", str(fresh_home(tmp_path / "home")))
     cases = [
         (["--proposer", "patterns", "--model", "gpt-4o"], "not --proposer patterns"),
         (["--command", "cat", "--queue-dir", str(tmp_path / "q")], "give one"),

@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from tests.conftest import fresh_home
+
 ARGS = ["run", "selective-scan", "-w", "tiny,small-b2", "--budget", "5", "--seed", "3"]
 
 
@@ -41,7 +43,7 @@ def wait_for_evaluations(runs, n: int, timeout_s: float = 240):
 
 @pytest.fixture
 def env(tmp_path):
-    e = dict(os.environ, KSEARCH_HOME=str(tmp_path / "home"))
+    e = dict(os.environ, KSEARCH_HOME=str(fresh_home(tmp_path / "home")))
     return e
 
 

@@ -24,6 +24,8 @@ from ksearch.store.runs import open_run
 from ..llm.fakes import Garbage, Hang, Reply, ScriptedAnthropicServer, ScriptedOpenAIServer, Status
 from .responder import Responder
 
+from tests.conftest import fresh_home
+
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 RUN = ["run", "selective-scan", "-w", "tiny,small-b2", "--budget", "10", "--json"]
@@ -60,7 +62,7 @@ def responding(server_cls):
 
 
 def _run(args, monkeypatch, tmp_path):
-    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KSEARCH_HOME", str(fresh_home(tmp_path / "home")))
     r = runner.invoke(app, RUN + args)
     assert r.exit_code == 0, r.output
     summary = json.loads(r.output[r.output.index("{"):])
@@ -147,7 +149,7 @@ def test_the_queue_backend(tmp_path, monkeypatch):
 def test_a_token_limit_stops_the_run_and_resume_with_a_higher_one_finishes_it(tmp_path, monkeypatch):
     """--max-tokens reached: exit 3, status stopped, nothing lost; `ksearch resume RUN --max-tokens N` goes on
     to the budget, and the spent tokens carry over (the limit is on the whole run)."""
-    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KSEARCH_HOME", str(fresh_home(tmp_path / "home")))
     respond = Responder(tmp_path / "state.json")
     with responding(ScriptedOpenAIServer)(respond, {}) as srv:
         r = runner.invoke(app, RUN + ["--model", "gpt-4o-mini", "--base-url", srv.base_url,
@@ -174,7 +176,7 @@ def test_a_planner_choice_that_looks_like_markup_is_shown_as_written(tmp_path, m
     prefix = "[/] [bold]"
     cmd = f"{sys.executable} -m tests.e2e.responder {tmp_path / 'state.json'} '{prefix}'"
     monkeypatch.chdir(ROOT)
-    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KSEARCH_HOME", str(fresh_home(tmp_path / "home")))
     r = runner.invoke(app, ["run", "selective-scan", "-w", "tiny,small-b2", "--budget", "2", "--backend",
                             "command", "--command", cmd])
     assert r.exit_code == 0, r.output
@@ -188,7 +190,7 @@ def test_a_planner_choice_that_looks_like_markup_is_shown_as_written(tmp_path, m
 def test_an_endpoint_that_refuses_stops_the_run_resumably(tmp_path, monkeypatch):
     """A 401 (or 404, 400: what no retry cures) ended the run with `error:` (exit 2) and status interrupted, no
     word of resuming; it is a clean stop like a dead endpoint: exit 3, status stopped, `ksearch resume RUN`."""
-    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KSEARCH_HOME", str(fresh_home(tmp_path / "home")))
     with ScriptedOpenAIServer([], default=Status(401, message="invalid api key")) as srv:
         r = runner.invoke(app, RUN + ["--model", "gpt-4o-mini", "--base-url", srv.base_url])
     assert r.exit_code == 3, r.output
@@ -210,7 +212,7 @@ def test_a_coder_reply_without_a_kernel_is_not_called_a_kernel_judged_before(tmp
                      "choice": f"family {i}", "rating": 6, "confidence": 0.5,
                      "action": {"title": f"family {i}", "description": "rows of the scan split another way"}}
     cmd = scripted_command(tmp_path, [json.dumps([fam(1), fam(2)]), "I would rather not write code today.", "[]"])
-    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KSEARCH_HOME", str(fresh_home(tmp_path / "home")))
     r = runner.invoke(app, ["run", "selective-scan", "-w", "tiny", "--budget", "2", "--command", cmd.command])
     assert r.exit_code == 3, r.output  # the script then runs out: the command fails, the run stops
     line = next(x for x in r.output.splitlines() if "COMPILE_ERROR" in x)
@@ -220,7 +222,7 @@ def test_a_coder_reply_without_a_kernel_is_not_called_a_kernel_judged_before(tmp
 def test_a_model_that_never_gives_usable_edits_ends_saying_nothing_was_judged(tmp_path, monkeypatch):
     """A planner answering prose forever ended its run with "no candidate beat the naive kernel" under 0
     evaluations, as if candidates had been judged and lost."""
-    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KSEARCH_HOME", str(fresh_home(tmp_path / "home")))
     with ScriptedOpenAIServer([], default="I would think about it some more.") as srv:
         r = runner.invoke(app, ["run", "selective-scan", "-w", "tiny", "--budget", "2", "--model", "gpt-4o-mini",
                                 "--base-url", srv.base_url])

@@ -13,6 +13,8 @@ from ksearch.store.db import Store
 from ksearch.store.runs import run_dir, runs_dir
 from ksearch.tasks.loader import _BUILTIN_ROOT
 
+from tests.conftest import fresh_home
+
 
 def test_a_task_given_by_path_runs_under_ksearch_home_and_resumes_from_anywhere(tmp_path, monkeypatch):
     shutil.copytree(str(_BUILTIN_ROOT / "selective-scan"), tmp_path / "my task")
@@ -26,7 +28,7 @@ def test_a_task_given_by_path_runs_under_ksearch_home_and_resumes_from_anywhere(
 
 
 def test_a_run_that_cannot_start_leaves_nothing_behind(tmp_path, monkeypatch):
-    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KSEARCH_HOME", str(fresh_home(tmp_path / "home")))
     shutil.copytree(str(_BUILTIN_ROOT / "selective-scan"), tmp_path / "no-naive")
     (tmp_path / "no-naive" / "naive.cpu.c").unlink()  # was a KeyError traceback
     for bad, match in (({"target": "nope"}, "unknown target"), ({"workloads": ["nope"]}, "no workload"),

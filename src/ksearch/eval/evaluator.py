@@ -87,6 +87,8 @@ class EvalConfig:
     busy_wait_s: float = field(default_factory=_config.busy_wait_s)
     timing_set_bytes: int | None = None
     reference_budget_s: float = 20.0
+    #: workers started ahead when an evaluation ends, for the next (0: none)
+    spare_workers: int = 3
 
     def seed_for_timing(self) -> int:
         if self.timing_seed is not None:
@@ -121,6 +123,8 @@ class Evaluator:
         self.naive_ms: dict[str, float] = {}
         self._flush: np.ndarray | None = None
         self._flush_value = 0.0
+        self._flush_sizes: dict[tuple, int] = {}
+        self._spares: list[tuple[Path, Path, Path, Worker]] = []
 
     # -- inputs and reference outputs (cached across evaluations: see CaseData) ------------------------
 
@@ -133,8 +137,51 @@ class Evaluator:
         return self.data.inputs(workload, seed)
 
     def close(self) -> None:
-        """Remove the input files (also done at interpreter exit)."""
+        """Stop the spare workers and remove the input files (also done at interpreter exit)."""
+        self._drop_spares()
         self.data.close()
+
+    def __del__(self):
+        self._drop_spares()
+
+    # -- spare workers: started when an evaluation ends, taken by the next ---------------------------
+
+    def take_worker(self, artifact: Path) -> tuple[Worker, Path] | None:
+        """A spare worker (and its scratch directory) that can run a build in ``artifact``'s directory, or None.
+        A spare is a fresh process that has loaded no kernel: started when the last evaluation ended, so that its
+        interpreter and jail (~0.3 s) are ready by the time the next candidate is compiled."""
+        key = (Path(artifact).parent, self.data.root())
+        for i, (adir, root, scratch, worker) in enumerate(self._spares):
+            if (adir, root) == key and worker.proc.poll() is None:
+                del self._spares[i]
+                return worker, scratch
+        return None
+
+    def _replenish(self, artifact: Path | None, n: int) -> None:
+        """Start spares until ``n`` wait for builds in ``artifact``'s directory (cpu target only: GPU workers'
+        time goes to loading the kernel, which no spare can do ahead)."""
+        if artifact is None or self.target.name in GPU_TARGETS or not self.config.spare_workers:
+            return
+        key = (Path(artifact).parent, self.data.root())
+        stale = [sp for sp in self._spares if (sp[0], sp[1]) != key or sp[3].proc.poll() is not None]
+        for sp in stale:
+            self._spares.remove(sp)
+            sp[3].close()
+            shutil.rmtree(sp[2], ignore_errors=True)
+        while len(self._spares) < min(n, self.config.spare_workers):
+            scratch = _shared_dir()
+            try:
+                worker = self.start_worker(scratch, artifact, len(self.task.workloads))
+            except Exception:  # a spare is an optimisation: the next evaluation starts its own
+                shutil.rmtree(scratch, ignore_errors=True)
+                return
+            self._spares.append((key[0], key[1], scratch, worker))
+
+    def _drop_spares(self) -> None:
+        for _adir, _root, scratch, worker in getattr(self, "_spares", []):
+            worker.close()
+            shutil.rmtree(scratch, ignore_errors=True)
+        self._spares = []
 
     # -- the naive baseline -------------------------------------------------------------------------
 
@@ -175,11 +222,13 @@ class Evaluator:
         """
         t_begin = time.perf_counter()
         self.data.begin()
+        self._used_workers = 0
         try:
             ev = self._evaluate(candidate, workloads, timing, with_speedup, list(references))
         finally:
             self.data.end()
         ev.wall_s = round(time.perf_counter() - t_begin, 3)
+        self._replenish(getattr(self, "_last_artifact", None), self._used_workers)
         return ev
 
     def _evaluate(self, candidate: Candidate, workloads, timing, with_speedup, references) -> Evaluation:
@@ -208,6 +257,7 @@ class Evaluator:
                 ev.status, ev.message = Status.REJECTED, f"{findings[0]}{more}"
                 return ev
         scratch = _shared_dir()
+        self._last_artifact = built.artifact
         session = _Session(self, candidate, built.artifact, selected, scratch, references)
         try:
             session.run(timing, ev, with_speedup)
@@ -385,10 +435,12 @@ class Evaluator:
     def flush_bytes(self, wl: Workload) -> int:
         """Bytes to write between timed repeats to evict the caches: twice the last-level cache, or none when
         the workload's own data is already four times larger than that cache (it cannot stay cached)."""
-        llc = self.hardware.last_level_cache_bytes() if self.hardware is not None else None
-        if not llc:
-            return self.config.timing.flush_bytes
-        return 0 if self.definition.cost_of(wl).bytes >= 4 * llc else 2 * llc
+        key = (wl.uuid, id(self.hardware))
+        if key not in self._flush_sizes:
+            llc = self.hardware.last_level_cache_bytes() if self.hardware is not None else None
+            self._flush_sizes[key] = self.config.timing.flush_bytes if not llc else \
+                0 if self.definition.cost_of(wl).bytes >= 4 * llc else 2 * llc
+        return self._flush_sizes[key]
 
     def flush_caches(self, wl: Workload) -> None:
         """Evict the caches before a timed call (this process writes `flush_bytes`; the candidate's worker does
@@ -451,14 +503,21 @@ class _Session:
         self.samples: list[tuple] = []
         self.wait_left = judge.config.busy_wait_s
         self.meter = LoadMeter()  # the whole evaluation's: for a workload whose checks were too short to read
+        self.own_dirs: list[Path] = []
 
     # -- workers ------------------------------------------------------------------------------------
 
     def _spawn(self, role: str, candidate: Candidate, artifact: Path) -> Contender:
         """Start a worker for ``candidate`` without waiting for it (its interpreter and jail take ~0.3 s: reference
         kernels' workers start while the candidate is compiled and checked)."""
-        out_dir = self.scratch / role
-        worker = self.judge.start_worker(out_dir, artifact, len(self.selected))
+        spare = self.judge.take_worker(artifact)
+        if spare is not None:
+            worker, out_dir = spare
+            self.own_dirs.append(out_dir)
+        else:
+            out_dir = self.scratch / role
+            worker = self.judge.start_worker(out_dir, artifact, len(self.selected))
+        self.judge._used_workers += 1
         c = Contender(role, candidate.id, worker, device=False, out_dir=out_dir)
         c.spawned = (candidate, artifact, time.perf_counter())
         return c
@@ -526,6 +585,8 @@ class _Session:
         for c in [self.cand, *(self.refs or [])]:
             if c is not None and c.worker is not None:
                 c.worker.close()
+        for d in self.own_dirs:  # spares' scratch directories, outside the evaluation's
+            shutil.rmtree(d, ignore_errors=True)
 
     # -- workloads ----------------------------------------------------------------------------------
 

@@ -110,7 +110,7 @@ class WorkloadResult(BaseModel):
     wall_s: float | None = None
     #: whose clock decided the times: ``controller`` (the judge's own, around each call; cpu) or ``device events``
     clock: str | None = None
-    #: whether its calls are long enough for the judge's clock to resolve (cpu: 5 empty round trips); an
+    #: whether its calls are long enough for the judge's clock to resolve (cpu: 10 empty round trips); an
     #: unresolved workload's comparisons are reported but do not decide the evaluation's combined verdicts
     resolved: bool | None = None
     #: the candidate against its reference kernels on this workload (empty when it was timed alone)
