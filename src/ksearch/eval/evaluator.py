@@ -87,8 +87,8 @@ class EvalConfig:
     busy_wait_s: float = field(default_factory=_config.busy_wait_s)
     timing_set_bytes: int | None = None
     reference_budget_s: float = 20.0
-    #: workers started ahead when an evaluation ends, for the next (0: none)
-    spare_workers: int = 3
+    #: workers started ahead when an evaluation ends, for the next (0: none; a search's judge keeps 3)
+    spare_workers: int = 0
 
     def seed_for_timing(self) -> int:
         if self.timing_seed is not None:

@@ -3,9 +3,8 @@
 One workload is timed in *rounds*. Each round draws an input set no kernel of the session has seen (a fresh seed
 per round: no cache, by pointer or by content, can pay), and each kernel of the session (the candidate and its
 reference kernels: its parent, the current best, the naive kernel) runs once on it, in a random order. The judge
-compares the candidate's outputs of every round with the reference outputs (computed once per run and input set,
-so the rounds of a workload are capped by a budget of reference time as well as by memory), and a reference
-kernel's in its first round and a random quarter of the others.
+compares every kernel's outputs of every round with the reference outputs (computed once per run and input set,
+so the rounds of a workload are capped by a budget of reference time as well as by memory).
 
 The clock: for the cpu target the controller times each call itself, from the request that starts the call
 (``go``) to its reply, with the outputs poisoned and the caches flushed before it by the controller, and takes
@@ -51,9 +50,6 @@ if TYPE_CHECKING:  # the evaluator drives this module; it is never imported from
 
 #: pings per calibration (after PING_WARMUP untimed ones)
 PINGS, PING_WARMUP = 24, 4
-#: share of a reference kernel's timed calls (after its first round) whose outputs are compared with the reference
-#: (all of the candidate's are): the reference was judged in full when it was the candidate
-REFERENCE_CHECK_SHARE = 0.25
 #: the early-stop test of a comparison is stricter than its verdict, so that looking after every round does not
 #: inflate the rate of false differences: stop early only at this confidence
 EARLY_CONFIDENCE = 0.9999
@@ -506,10 +502,10 @@ class RoundTimer:
                     continue
                 seed, case = cases[j]
                 t = self._run(c, case, timed=True)
-                # before the next call overwrites the outputs: the candidate's every call; a reference kernel's
-                # (judged in full in its own evaluation) in its first round and a random quarter of the others
-                full = c is self.cand or r == 0 or self.rng.random() < REFERENCE_CHECK_SHARE
-                if t is not None and (not full or self._check(c, case, seed)):
+                # before the next call overwrites the outputs; every kernel's, the references' too: the judge's
+                # work between calls must be the same whichever kernel ran (on a busy machine, checking only the
+                # candidate's outputs made copies of one kernel differ by 20%)
+                if t is not None and self._check(c, case, seed):
                     best[c.role] = min(best.get(c.role, t), t)
             if self.cand.failure:
                 res.status, res.message = self.cand.failure

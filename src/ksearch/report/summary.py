@@ -122,7 +122,7 @@ def tree_view(tree: Tree, best_id: str | None = None, show_open: bool = True) ->
         iv = (n.evaluation.intervals or {}).get("parent") if n.evaluation else None
         if iv and n.evaluation.vs_parent:
             span = f" [{iv[1]:.3g}, {iv[2]:.3g}]" if iv[1] is not None and iv[2] is not None else ""
-            score += f" [dim](vs parent {iv[0]:.3g}x{span} {n.evaluation.vs_parent})[/]"
+            score += f" [dim]{escape(f'(vs parent {iv[0]:.3g}x{span} {n.evaluation.vs_parent})')}[/]"
         fail = f" {n.evaluation.status}" if n.status == NodeStatus.FAILED and n.evaluation else ""
         star = " ★ best" if n.id == best_id else ""
         style = _STYLE.get(n.status, "")

@@ -36,6 +36,8 @@ clock = time.monotonic
 
 #: consecutive steps without a new evaluation after which a run ends (see `Controller.run`)
 MAX_IDLE_STEPS = 25
+#: workers the judge starts ahead for the next step (the candidate, its parent, the best: `EvalConfig.spare_workers`)
+SPARE_WORKERS = 3
 
 
 class RunConfig(BaseModel):
@@ -151,7 +153,8 @@ class Controller:
 
     @staticmethod
     def eval_config(cfg: RunConfig) -> EvalConfig:
-        return EvalConfig(seeds=correctness_seeds(cfg.seed, cfg.checks), timeout_s=cfg.timeout_s, timing=cfg.timing)
+        return EvalConfig(seeds=correctness_seeds(cfg.seed, cfg.checks), timeout_s=cfg.timeout_s, timing=cfg.timing,
+                          spare_workers=SPARE_WORKERS)
 
     def start(self) -> None:
         """Measure the naive kernel as the root, build the first tree, and save both (or reload them)."""

@@ -132,6 +132,7 @@ class Session:
             raise
 
     def close(self) -> None:
+        self.evaluator.close()  # its spare workers and input files
         self._lock.close()
         self.store.close()
 
