@@ -51,9 +51,14 @@ AGAINST = "the same evaluation by the judge of {rev}"
 _OTHER = """
 import sys, time
 from ksearch.eval.evaluator import EvalConfig, Evaluator
-from ksearch.hardware.spec import HardwareSpec
+import json
+from ksearch.hardware.spec import HardwareSpec, Measurement
 from ksearch.tasks import load_task
-hw = HardwareSpec.model_validate_json(open(sys.argv[2]).read())
+raw = json.load(open(sys.argv[2]))  # this tree's spec, cut to the fields the other commit's record knows
+raw = {k: v for k, v in raw.items() if k in HardwareSpec.model_fields}
+raw["measured"] = {k: {f: x for f, x in m.items() if f in Measurement.model_fields}
+                   for k, m in raw.get("measured", {}).items() if k.split(".")[0] in HardwareSpec.model_fields}
+hw = HardwareSpec.model_validate(raw)
 ev = Evaluator(load_task("selective-scan"), "cpu", hw, EvalConfig(seeds=[1, 2, 3]))
 naive = ev.naive_candidate()
 assert ev.evaluate(naive, [sys.argv[1]]).status.passed

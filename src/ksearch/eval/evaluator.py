@@ -121,8 +121,6 @@ class Evaluator:
                              default_input_cache_bytes() if input_bytes is None else input_bytes, self.progress)
         remove_stale_dirs()
         self.naive_ms: dict[str, float] = {}
-        self._flush: np.ndarray | None = None
-        self._flush_value = 0.0
         self._flush_sizes: dict[tuple, int] = {}
         self._spares: list[tuple[Path, Path, Path, Worker]] = []
 
@@ -441,17 +439,6 @@ class Evaluator:
             self._flush_sizes[key] = self.config.timing.flush_bytes if not llc else \
                 0 if self.definition.cost_of(wl).bytes >= 4 * llc else 2 * llc
         return self._flush_sizes[key]
-
-    def flush_caches(self, wl: Workload) -> None:
-        """Evict the caches before a timed call (this process writes `flush_bytes`; the candidate's worker does
-        nothing it could skip)."""
-        nbytes = self.flush_bytes(wl)
-        if nbytes <= 0:
-            return
-        if self._flush is None or self._flush.nbytes != nbytes:
-            self._flush = np.empty(max(nbytes, 8) // 8, np.float64)
-        self._flush_value += 1.0
-        self._flush.fill(self._flush_value)
 
     def _call(self, c: Contender, args: list[dict], timeout_s: float) -> tuple[Status, str]:
         """One untimed call. Raises ExternalKill when the worker was killed from outside."""

@@ -8,7 +8,8 @@ Requests (controller -> worker):
   each ArgRef is ``{"kind": "array", "path", "dtype", "shape", "writable"}`` or ``{"kind": "scalar", "value"}``,
   in ABI order (inputs, outputs, axes). Untimed (``timing`` null), or, for a device target's runner, a block of
   repeats timed by the device's own events (warm-up on ``warmup_args``);
-- ``{"op": "prepare", "args": [ArgRef...]}``: map these inputs (at a new address) and outputs for the next ``go``;
+- ``{"op": "prepare", "args": [ArgRef...], "flush_bytes": N}``: map these inputs (at a new address) and outputs for
+  the next ``go``, then write N bytes of a buffer (evicting the caches of the core the worker runs on);
 - ``{"op": "go"}``: call the kernel once on the prepared arguments and reply at once with ``worker_ms``, the
   worker's own reading of the call. The controller times the request with its own clock; the worker's reading is
   only checked against it (a kernel in the worker's address space can forge the worker's clock, not the

@@ -7,7 +7,7 @@ compares every kernel's outputs of every round with the reference outputs (compu
 so the rounds of a workload are capped by a budget of reference time as well as by memory).
 
 The clock: for the cpu target the controller times each call itself, from the request that starts the call
-(``go``) to its reply, with the outputs poisoned and the caches flushed before it by the controller, and takes
+(``go``) to its reply, with the outputs poisoned by the controller and the caches flushed before it, and takes
 off the least round trip of an empty call (measured on each worker before its kernel loaded: `calibrate`; one
 figure per session, so it cancels in the ratios) and the time the worker's thread waited for a CPU (the kernel's
 own accounting). That clock decides (`decided_ms`). The worker reads its own clock around the call too; a kernel
@@ -350,7 +350,9 @@ class RoundTimer:
         self.seeds = seeds or judge.timing_seed
         self.calls = max(1, calls)
         self.empty_ms = min((c.overhead.min_ms for c in contenders if c.overhead is not None), default=0.0)
-        self.cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self.cpu_list = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        self.cpus = len(self.cpu_list) or (os.cpu_count() or 1)
+        self.cpu: int | None = None  # this round's CPU (`_pin`)
         self.cand, self.refs = contenders[0], contenders[1:]
         self.plan, self.timeout_s, self.warm = plan, timeout_s, warm
         self.rng = random.Random(secrets.randbits(64))
@@ -383,13 +385,27 @@ class RoundTimer:
             return None
         return reply
 
+    def _pin(self, c: Contender) -> None:
+        """Run the worker's protocol thread (which runs the kernel's serial part) on this round's CPU: on a busy
+        machine a worker otherwise keeps to one CPU for a whole session, and the CPUs are not equally fast then
+        (copies of one kernel measured 0.74x and 1.18x apart, each worker on its own CPU). Both kernels of a round
+        share its CPU, so its speed cancels in their ratio. A thread pool the kernel made earlier keeps its own
+        placement."""
+        if self.cpu is None or c.main_pid is None:
+            return
+        try:
+            os.sched_setaffinity(c.main_pid, {self.cpu})
+        except OSError:  # the worker is gone (its request will say so) or the system refuses: unpinned
+            pass
+
     def _cpu_call(self, c: Contender, args: list[dict], timed: bool) -> float | None:
-        """Flush the caches (the outputs were just poisoned: they are evicted too), ``prepare`` (the worker maps
-        the inputs; its own code is warm again for the call, its data is not), then one ``go`` timed by this
-        process's clock; the decided time in ms."""
-        if self.flush:
-            self.judge.flush_caches(self.wl)
-        if self._request(c, {"op": "prepare", "args": args}, self.timeout_s) is None:
+        """``prepare`` (the worker maps the inputs and writes the flush buffer: the caches of whichever core it runs
+        on are evicted, the outputs this process just poisoned included; placement then favours no kernel), then one
+        ``go`` timed by this process's clock; the decided time in ms."""
+        if timed:
+            self._pin(c)
+        flush = self.judge.flush_bytes(self.wl) if self.flush else 0
+        if self._request(c, {"op": "prepare", "args": args, "flush_bytes": flush}, self.timeout_s) is None:
             return None
         settle(c.main_pid)
         w0, q0 = runqueue_wait_ms(c.main_pid), runqueue_wait_ms(threading.get_native_id())
@@ -489,6 +505,7 @@ class RoundTimer:
         k = self.calls
         while True:
             r = len(self.cand.times_ms)
+            self.cpu = self.rng.choice(self.cpu_list) if len(self.cpu_list) > 1 else None
             cases = []
             for j in range(k):
                 seed = self.seeds(r * k + j)

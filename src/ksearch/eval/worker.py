@@ -6,9 +6,10 @@ sandbox the policy describes (`ksearch.eval.jail`). It never sees reference outp
 read-only memory maps of files, outputs are written to files the controller reads back and compares.
 Anything the kernel prints goes to stderr, never into the protocol. Every reply echoes its request's ``id``.
 
-The cpu target's timed calls are ``prepare`` (map the inputs at a new address) then ``go`` (one call): the
-controller poisons the outputs, flushes the caches and times ``go`` with its own clock; the ``worker_ms`` each
-``go`` reports is only a cross-check (see `ksearch.eval.protocol`). Device targets time blocks of repeats with
+The cpu target's timed calls are ``prepare`` (map the inputs at a new address, write the flush buffer: the caches
+of the core this process runs on must be the ones evicted) then ``go`` (one call): the controller poisons the
+outputs before and times ``go`` with its own clock; the ``worker_ms`` each ``go`` reports is only a cross-check
+(see `ksearch.eval.protocol`). Device targets time blocks of repeats with
 the device's events (``call`` with a timing plan).
 """
 
@@ -107,7 +108,7 @@ def _main() -> int:
     # one BLAS thread: the worker never multiplies matrices, and idle threads of its own would only make the
     # judge's runqueue accounting count it as oversubscribed (see `ksearch.eval.timing`)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    import numpy  # noqa: F401  (imported before the kernel loads: `_map` uses it)
+    import numpy  # imported before the kernel loads (`_map` and the flush use it)
 
     # Keep the protocol on private descriptors; give the kernel /dev/null as stdin and stderr as stdout.
     requests = os.fdopen(os.dup(0), "r")
@@ -124,6 +125,7 @@ def _main() -> int:
 
     fn = None
     args: list = []
+    flush, flushes = None, 0
     null = ctypes.CDLL(None).getpid  # an empty native call, for `ping`
     runner = None  # a device target's runner (see ksearch.targets.cuda_runtime), None for the cpu
     keep: list = []
@@ -166,6 +168,12 @@ def _main() -> int:
                     continue
                 _release(keep)
                 args, outputs, keep = _map(req["args"])  # the inputs at a new address every time
+                nbytes = int(req.get("flush_bytes") or 0)
+                if nbytes > 0:  # evict the caches of the core this process runs on (and the shared ones)
+                    if flush is None or flush.nbytes != nbytes:
+                        flush = numpy.empty(max(nbytes, 8) // 8, numpy.float64)
+                    flushes += 1
+                    flush.fill(flushes)
                 reply({"ok": True})
             elif op == "go":
                 if fn is None or runner is not None or not args:
