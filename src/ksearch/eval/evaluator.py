@@ -55,6 +55,8 @@ MIN_LOAD_WINDOW_S = 0.25
 
 #: targets whose worker needs the GPU (Policy.gpu; namespaces and seccomp off, see `_start_worker`)
 GPU_TARGETS = ("cuda", "triton", "mlx-cuda", "mlx-metal")
+#: the most a worker without the eviction library writes to evict the caches before a timed cpu call (256 MiB)
+FLUSH_CAP_BYTES = 256 << 20
 
 
 @dataclass
@@ -123,6 +125,7 @@ class Evaluator:
         self.naive_ms: dict[str, float] = {}
         self._flush_sizes: dict[tuple, int] = {}
         self._spares: list[tuple[Path, Path, Path, Worker]] = []
+        self._evict: Path | None | bool = False  # not looked for yet (see `evict_library`)
 
     # -- inputs and reference outputs (cached across evaluations: see CaseData) ------------------------
 
@@ -300,7 +303,9 @@ class Evaluator:
             policy = policy.model_copy(update={"gpu": True, "namespaces": "off", "seccomp": False})
         if policy.cpu_s is None:
             policy = policy.model_copy(update={"cpu_s": self._cpu_limit_s(n_workloads)})
-        return Worker(scratch, policy, writable=outs, readable=[Path(artifact).parent, self.data.root()])
+        evict = self.evict_library()
+        readable = [Path(artifact).parent, self.data.root()] + ([evict.parent] if evict is not None else [])
+        return Worker(scratch, policy, writable=outs, readable=list(dict.fromkeys(readable)))
 
     def checked_call(self, c: Contender, wl: Workload, seed: int, axes: dict[str, int],
                      res: WorkloadResult) -> tuple | None:
@@ -430,14 +435,25 @@ class Evaluator:
                 return status, f"output {name!r}: {msg}", worst_abs, worst_rel
         return Status.PASSED, "", worst_abs, worst_rel
 
+    def evict_library(self) -> Path | None:
+        """The cpu target's cache-eviction library (`CpuTarget.evict_library`), built at the first call; None on
+        other targets or where it cannot be built."""
+        if self._evict is False:
+            build = getattr(self.target, "evict_library", None)
+            self._evict = build() if build is not None and self.target.name not in GPU_TARGETS else None
+        return self._evict  # type: ignore[return-value]
+
     def flush_bytes(self, wl: Workload) -> int:
-        """Bytes to write between timed repeats to evict the caches: twice the last-level cache, or none when
-        the workload's own data is already four times larger than that cache (it cannot stay cached)."""
+        """Whether (non-zero) and how much to evict the caches before a timed cpu call: none when the workload's
+        own data is already four times larger than the last-level cache (it cannot stay cached). The worker evicts
+        the call's own buffers line by line (`evict_library`); only without that library does it write this many
+        bytes instead: twice the last-level cache, at most `FLUSH_CAP_BYTES` (a VM's CPU may report its host's
+        whole L3: 480 MB on a 2-core Xeon VM)."""
         key = (wl.uuid, id(self.hardware))
         if key not in self._flush_sizes:
             llc = self.hardware.last_level_cache_bytes() if self.hardware is not None else None
             self._flush_sizes[key] = self.config.timing.flush_bytes if not llc else \
-                0 if self.definition.cost_of(wl).bytes >= 4 * llc else 2 * llc
+                0 if self.definition.cost_of(wl).bytes >= 4 * llc else min(2 * llc, FLUSH_CAP_BYTES)
         return self._flush_sizes[key]
 
     def _call(self, c: Contender, args: list[dict], timeout_s: float) -> tuple[Status, str]:
@@ -518,7 +534,9 @@ class _Session:
         worker = c.worker
         try:
             c.overhead = calibrate(worker)
+            evict = judge.evict_library()
             reply = worker.request({"op": "load", "target": judge.target.name, "artifact": str(artifact),
+                                    "evict": str(evict) if evict is not None else None,
                                     "candidate": candidate.model_dump(mode="json"),
                                     "definition": judge.definition.model_dump(mode="json")}, 60.0)
         except (WorkerDied, WorkerTimeout, ProtocolViolation) as e:

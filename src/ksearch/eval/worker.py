@@ -42,6 +42,7 @@ class _RandomMap:
         page = os.sysconf("SC_PAGE_SIZE")
         length = (nbytes + page - 1) // page * page
         self.total = length + self._SLACK_PAGES * page
+        self.nbytes = nbytes
         prot_none, prot_read, shared, private, fixed, anon, noreserve, populate = 0, 1, 1, 2, 0x10, 0x20, 0x4000, 0x8000
         base = libc.mmap(None, self.total, prot_none, private | anon | noreserve, -1, 0)
         if base in (None, ctypes.c_void_p(-1).value):
@@ -90,6 +91,15 @@ def _map(refs: list[dict]):
     return args, outputs, keep
 
 
+def _buffers(keep: list):
+    """(address, bytes) of every array argument `_map` made: the inputs' mappings and the outputs."""
+    for m in keep:
+        if isinstance(m, _RandomMap):
+            yield m.addr, m.nbytes
+        else:
+            yield m.ctypes.data, m.nbytes
+
+
 def _release(keep: list) -> None:
     for m in keep:
         if isinstance(m, _RandomMap):
@@ -126,6 +136,7 @@ def _main() -> int:
     fn = None
     args: list = []
     flush, flushes = None, 0
+    evict = None  # the judge's ksearch_evict (native/evict.c), loaded before the kernel
     null = ctypes.CDLL(None).getpid  # an empty native call, for `ping`
     runner = None  # a device target's runner (see ksearch.targets.cuda_runtime), None for the cpu
     keep: list = []
@@ -151,13 +162,19 @@ def _main() -> int:
                 os.environ.setdefault("GOMP_SPINCOUNT", SPIN_COUNT)
                 definition = Definition.model_validate(req["definition"])
                 candidate = Candidate.model_validate(req["candidate"])
+                if req.get("evict"):  # before the kernel's library: what it does at load cannot reach this
+                    lib = ctypes.CDLL(req["evict"], mode=ctypes.RTLD_LOCAL)
+                    if lib.ksearch_evict_supported():
+                        evict = lib.ksearch_evict
+                        evict.argtypes, evict.restype = [ctypes.c_void_p, ctypes.c_size_t], None
                 try:
                     fn = get_target(req["target"]).load(req["artifact"], candidate, definition)
                 except KernelCompileError as e:  # targets that compile late (cuda: NVRTC in the worker)
                     reply({"ok": False, "status": "COMPILE_ERROR", "error": str(e), "sandbox": report})
                     continue
                 runner = fn if getattr(fn, "is_device_runner", False) else None
-                reply({"ok": True, "pid": os.getpid(), "sandbox": report, "device": runner is not None})
+                reply({"ok": True, "pid": os.getpid(), "sandbox": report, "device": runner is not None,
+                       "evict": evict is not None})
             elif op == "ping":  # the cost of a timed `go` without the kernel: the same steps around a null call
                 t0 = now()
                 null()
@@ -169,7 +186,10 @@ def _main() -> int:
                 _release(keep)
                 args, outputs, keep = _map(req["args"])  # the inputs at a new address every time
                 nbytes = int(req.get("flush_bytes") or 0)
-                if nbytes > 0:  # evict the caches of the core this process runs on (and the shared ones)
+                if nbytes > 0 and evict is not None:  # the call's own buffers out of every cache level
+                    for addr, size in _buffers(keep):
+                        evict(addr, size)
+                elif nbytes > 0:  # evict the caches of the core this process runs on (and the shared ones)
                     if flush is None or flush.nbytes != nbytes:
                         flush = numpy.empty(max(nbytes, 8) // 8, numpy.float64)
                     flushes += 1

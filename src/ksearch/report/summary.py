@@ -127,8 +127,9 @@ def tree_view(tree: Tree, best_id: str | None = None, show_open: bool = True) ->
         star = " ★ best" if n.id == best_id else ""
         style = _STYLE.get(n.status, "")
         text = escape(f"{n.id} {n.decision + ': ' if n.decision and n.id != ROOT_ID else ''}{n.choice}")
-        return (f"[{style}]{text}[/] [{style}]{n.status.value}[/]{score}{fail} "
-                f"[dim](rating {n.rating:.1f}, conf {n.confidence:.2f})[/]{star}")
+        # the star right after the node's name: at the end, a long label wrapped it across two lines
+        return (f"[{style}]{text}[/]{star} [{style}]{n.status.value}[/]{score}{fail} "
+                f"[dim](rating {n.rating:.1f}, conf {n.confidence:.2f})[/]")
 
     root = RichTree(label(tree.root))
     todo = [(tree.root, root)]
