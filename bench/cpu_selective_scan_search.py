@@ -39,7 +39,9 @@ def machine() -> dict:
 
     info["numpy"] = numpy.__version__
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE)
-    info["ksearch_commit"] = commit.stdout.strip() or "?"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+                           cwd=HERE)
+    info["ksearch_commit"] = (commit.stdout.strip() or "?") + ("+uncommitted changes" if dirty.stdout.strip() else "")
     return info
 
 
