@@ -97,6 +97,27 @@ def test_forbidden_compile_flags_are_refused(evaluator):
 TOL = Tolerance(rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("n", [7, (1 << 20) + 3])  # float64 and float32 comparisons
+def test_compare_without_errors_gives_the_same_verdict(n):
+    rng = np.random.default_rng(n)
+    want = rng.standard_normal(n)
+    cases = [want.copy(), want + 1e-4, want * (1 + 2e-3), np.where(rng.random(n) < 1e-3, np.nan, want),
+             np.where(rng.random(n) < 1e-3, np.inf, want), want.astype(np.float32)]
+    ref_inf = want.copy()
+    ref_inf[::5] = -np.inf
+    cases_inf = [ref_inf.copy(), np.where(np.isinf(ref_inf), 0.0, ref_inf)]
+    for got, ref in [(g, want) for g in cases] + [(g, ref_inf) for g in cases_inf]:
+        full = compare(got, ref, TOL)
+        quick = compare(got, ref, TOL, errors=False)
+        assert quick[0] is full[0]
+        if full[0] is Status.PASSED:
+            finite = np.isfinite(ref)
+            assert full[1] == pytest.approx(float(np.abs(got[finite] - ref[finite]).max()), rel=1e-5, abs=1e-6)  # float32 rounding
+            assert np.isnan(quick[1]) and quick[3] == ""
+        else:
+            assert quick[3] == full[3]
+
+
 def test_compare_statuses():
     want = np.array([1.0, -2.0, 1e-9])
     assert compare(want.copy(), want, TOL)[0] is Status.PASSED

@@ -8,6 +8,8 @@ float64.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 
 from ksearch.eval.records import Status
@@ -16,17 +18,44 @@ from ksearch.tasks.definition import Tolerance
 _FLOAT64_UP_TO = 1 << 20  # elements
 
 
-def compare(got: np.ndarray, want: np.ndarray, tol: Tolerance) -> tuple[Status, float, float, str]:
+#: (want, dtype, atol, rtol) -> atol + rtol * |want| (None: want is not finite everywhere), the latest few: the
+#: kernels of a timed round are checked one after another against the same reference (held here, so no id repeats)
+_BOUNDS: OrderedDict[tuple, tuple[np.ndarray, np.ndarray | None]] = OrderedDict()
+_BOUNDS_KEEP = 4
+
+
+def _bound(want: np.ndarray, work, tol: Tolerance) -> np.ndarray | None:
+    key = (id(want), np.dtype(work).str, tol.atol, tol.rtol)
+    hit = _BOUNDS.get(key)
+    if hit is not None and hit[0] is want:
+        _BOUNDS.move_to_end(key)
+        return hit[1]
+    w = want.astype(work, copy=False)
+    bound = None
+    if np.isfinite(w).all():
+        bound = np.abs(w)
+        bound *= work(tol.rtol)
+        bound += work(tol.atol)
+    _BOUNDS[key] = (want, bound)
+    while len(_BOUNDS) > _BOUNDS_KEEP:
+        _BOUNDS.popitem(last=False)
+    return bound
+
+
+def compare(got: np.ndarray, want: np.ndarray, tol: Tolerance, errors: bool = True) -> tuple[Status, float, float, str]:
     """Check one output.
 
     Args:
         got: the candidate's output (any float dtype; bfloat16 already decoded).
         want: the reference output (float64, or float32 for large outputs).
         tol: the output dtype's tolerance.
+        errors: compute the largest errors of a passing output (False: the verdict only, as the timed calls'
+            checks need it; about half the passes over the data).
 
     Returns:
         (status, max_abs_err, max_rel_err, message). ``max_rel_err`` is max |got - want| / |want| over elements
-        with |want| > atol (relative error is meaningless where the reference is about zero).
+        with |want| > atol (relative error is meaningless where the reference is about zero); both NaN for a
+        passing output checked with ``errors=False``.
     """
     if got.shape != want.shape:
         return Status.INCORRECT_SHAPE, float("nan"), float("nan"), f"shape {got.shape}, expected {want.shape}"
@@ -34,29 +63,47 @@ def compare(got: np.ndarray, want: np.ndarray, tol: Tolerance) -> tuple[Status, 
         return Status.PASSED, 0.0, 0.0, ""
     work = np.float64 if want.size <= _FLOAT64_UP_TO else np.float32
     g = got.astype(work, copy=False)
+    if not errors:
+        bound = _bound(want, work, tol)
+        if bound is not None:  # a finite reference: |got - want| <= bound everywhere (false for NaN) is a pass
+            with np.errstate(over="ignore", invalid="ignore"):
+                diff = np.subtract(g, want.astype(work, copy=False))
+                np.abs(diff, out=diff)
+            if np.less_equal(diff, bound).all():
+                return Status.PASSED, float("nan"), float("nan"), ""
     w = want.astype(work, copy=False)
-    g_finite, w_finite = np.isfinite(g), np.isfinite(w)
-    bad_finite = w_finite & ~g_finite
-    if bad_finite.any():
-        n = int(bad_finite.sum())
-        first = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad_finite)), got.shape))
-        return (Status.INCORRECT_NUMERICAL, float("inf"), float("inf"),
-                f"{n} non-finite values where the reference is finite (first at {first}: {got[first]})")
-    if not w_finite.all():
-        if (~w_finite & ~(g == w)).any():
-            return Status.INCORRECT_NUMERICAL, float("inf"), float("inf"), "non-finite reference values not reproduced"
-        g, w = np.where(w_finite, g, 0), np.where(w_finite, w, 0)
     with np.errstate(over="ignore", invalid="ignore"):
         diff = np.subtract(g, w)
+    if not np.isfinite(diff).all():  # a non-finite value on either side (or an overflow): the careful path
+        g_finite, w_finite = np.isfinite(g), np.isfinite(w)
+        bad_finite = w_finite & ~g_finite
+        if bad_finite.any():
+            n = int(bad_finite.sum())
+            first = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad_finite)), got.shape))
+            return (Status.INCORRECT_NUMERICAL, float("inf"), float("inf"),
+                    f"{n} non-finite values where the reference is finite (first at {first}: {got[first]})")
+        if not w_finite.all():
+            if (~w_finite & ~(g == w)).any():
+                return (Status.INCORRECT_NUMERICAL, float("inf"), float("inf"),
+                        "non-finite reference values not reproduced")
+            g, w = np.where(w_finite, g, 0), np.where(w_finite, w, 0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            diff = np.subtract(g, w)
+    with np.errstate(over="ignore", invalid="ignore"):
         np.abs(diff, out=diff)
         mag = np.abs(w)
         bound = mag * work(tol.rtol)
         bound += work(tol.atol)
+    over = diff > bound
+    failed = bool(over.any())
+    if not failed and not errors:
+        return Status.PASSED, float("nan"), float("nan"), ""
     max_abs = float(diff.max())
     significant = mag > tol.atol
-    max_rel = float((diff[significant] / mag[significant]).max()) if significant.any() else 0.0
-    over = diff > bound
-    if over.any():
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        rel = np.divide(diff, mag, out=np.zeros_like(diff), where=significant)
+    max_rel = float(rel.max())
+    if failed:
         excess = diff - bound
         worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(excess)), got.shape))
         n = int(over.sum())
