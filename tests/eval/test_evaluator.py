@@ -118,6 +118,14 @@ def test_compare_without_errors_gives_the_same_verdict(n):
             assert quick[3] == full[3]
 
 
+def test_compare_takes_0d_outputs():
+    one = np.array(1.0)
+    for errors in (True, False):
+        assert compare(one.copy(), one, TOL, errors)[0] is Status.PASSED
+        assert compare(np.array(np.nan), one, TOL, errors)[0] is Status.INCORRECT_NUMERICAL
+        assert compare(np.array(1.5), one, TOL, errors)[0] is Status.INCORRECT_NUMERICAL
+
+
 def test_compare_statuses():
     want = np.array([1.0, -2.0, 1e-9])
     assert compare(want.copy(), want, TOL)[0] is Status.PASSED

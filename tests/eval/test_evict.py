@@ -66,3 +66,19 @@ def test_the_buffer_written_without_the_library_is_capped():
     wl = ev.task.select(["tiny"])[0]
     assert ev.flush_bytes(wl) == FLUSH_CAP_BYTES < 2 * (480 << 20)
     ev.close()
+
+
+def test_a_damaged_library_leaves_the_worker_on_its_buffer(judge, tmp_path):
+    cand = judge.naive_candidate()
+    built = judge.target.compile(cand, judge.definition)
+    junk = built.artifact.parent / "evict-junk-for-test.so"
+    junk.write_bytes(b"not a shared object")
+    worker = judge.start_worker(tmp_path / "w", built.artifact, 1)
+    try:
+        reply = worker.request({"op": "load", "target": "cpu", "artifact": str(built.artifact), "evict": str(junk),
+                                "candidate": cand.model_dump(mode="json"),
+                                "definition": judge.definition.model_dump(mode="json")}, 60.0)
+    finally:
+        worker.close()
+        junk.unlink()
+    assert reply["ok"] and reply["evict"] is False, reply

@@ -61,6 +61,7 @@ def compare(got: np.ndarray, want: np.ndarray, tol: Tolerance, errors: bool = Tr
         return Status.INCORRECT_SHAPE, float("nan"), float("nan"), f"shape {got.shape}, expected {want.shape}"
     if got.size == 0:
         return Status.PASSED, 0.0, 0.0, ""
+    got, want = np.atleast_1d(got), np.atleast_1d(want)  # a 0-d output: NumPy's ufuncs give scalars for 0-d arrays
     work = np.float64 if want.size <= _FLOAT64_UP_TO else np.float32
     g = got.astype(work, copy=False)
     if not errors:

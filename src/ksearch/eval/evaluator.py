@@ -430,7 +430,9 @@ class Evaluator:
         if size != math.prod(shape) * dt.itemsize:
             return f"the kernel changed its output file {path.name[4:]!r} ({size} bytes, expected " \
                    f"{math.prod(shape) * dt.itemsize})"
-        return np.memmap(path, dt, mode="r", shape=tuple(shape)) if shape else np.fromfile(path, dt).reshape(shape)
+        # a copy, not a mapping: the worker could shrink the file after the size check, and reading a mapping past
+        # a file's end kills this process (SIGBUS)
+        return np.fromfile(path, dt).reshape(shape)
 
     def check_outputs(self, out_paths: dict[str, Path], want: dict, axes: dict[str, int],
                       errors: bool = True) -> tuple[Status, str, float, float]:

@@ -163,8 +163,11 @@ def _main() -> int:
                 definition = Definition.model_validate(req["definition"])
                 candidate = Candidate.model_validate(req["candidate"])
                 if req.get("evict"):  # before the kernel's library: what it does at load cannot reach this
-                    lib = ctypes.CDLL(req["evict"], mode=ctypes.RTLD_LOCAL)
-                    if lib.ksearch_evict_supported():
+                    try:
+                        lib = ctypes.CDLL(req["evict"], mode=ctypes.RTLD_LOCAL)
+                    except OSError:  # a damaged or foreign build: the flush buffer instead (the reply says so)
+                        lib = None
+                    if lib is not None and lib.ksearch_evict_supported():
                         evict = lib.ksearch_evict
                         evict.argtypes, evict.restype = [ctypes.c_void_p, ctypes.c_size_t], None
                 try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -174,12 +175,18 @@ class CpuTarget:
         except TargetError:
             return None
         text = src.read_text()
-        key = hashlib.sha256(f"{text}|{compiler}|{version}".encode()).hexdigest()[:24]
+        key = hashlib.sha256(f"{text}|{compiler}|{version}|{platform.machine()}".encode()).hexdigest()[:24]
         cache_dir = config.home_dir() / "cache" / "cpu"
-        cache_dir.mkdir(parents=True, exist_ok=True)
         lib = cache_dir / f"evict-{key}.so"
         if lib.is_file():
             return lib
+        try:
+            return self._build_evict(text, compiler, lib, timeout_s)
+        except OSError:  # a home that cannot be written: the worker writes its buffer instead
+            return None
+
+    def _build_evict(self, text: str, compiler: str, lib: Path, timeout_s: float) -> Path | None:
+        lib.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="ksearch-evict-") as tmp:
             build = Path(tmp).resolve()
             (build / "evict.c").write_text(text)
