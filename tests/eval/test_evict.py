@@ -36,7 +36,7 @@ def test_the_library_builds_once_and_leaves_the_data_as_it_was(judge):
     assert np.array_equal(data, want)
 
 
-def test_the_worker_loads_it_before_the_kernel(judge, tmp_path):
+def test_the_worker_says_whether_it_evicts_with_the_library(judge, tmp_path):
     cand = judge.naive_candidate()
     built = judge.target.compile(cand, judge.definition)
     assert built.ok, built.log

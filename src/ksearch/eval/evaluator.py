@@ -455,8 +455,8 @@ class Evaluator:
         """The cpu target's cache-eviction library (`CpuTarget.evict_library`), built at the first call; None on
         other targets or where it cannot be built."""
         if self._evict is False:
-            build = getattr(self.target, "evict_library", None)
-            self._evict = build() if build is not None and self.target.name not in GPU_TARGETS else None
+            build = getattr(self.target, "evict_library", None)  # only the cpu target has one
+            self._evict = build() if build is not None else None
         return self._evict  # type: ignore[return-value]
 
     def flush_bytes(self, wl: Workload) -> int:

@@ -399,9 +399,8 @@ class RoundTimer:
             pass
 
     def _cpu_call(self, c: Contender, args: list[dict], timed: bool) -> float | None:
-        """``prepare`` (the worker maps the inputs and writes the flush buffer: the caches of whichever core it runs
-        on are evicted, the outputs this process just poisoned included; placement then favours no kernel), then one
-        ``go`` timed by this process's clock; the decided time in ms."""
+        """``prepare`` (the worker maps the inputs and evicts them and the outputs this process just poisoned from the
+        caches: see the protocol), then one ``go`` timed by this process's clock; the decided time in ms."""
         if timed:
             self._pin(c)
         flush = self.judge.flush_bytes(self.wl) if self.flush else 0

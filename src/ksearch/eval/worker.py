@@ -6,8 +6,8 @@ sandbox the policy describes (`ksearch.eval.jail`). It never sees reference outp
 read-only memory maps of files, outputs are written to files the controller reads back and compares.
 Anything the kernel prints goes to stderr, never into the protocol. Every reply echoes its request's ``id``.
 
-The cpu target's timed calls are ``prepare`` (map the inputs at a new address, write the flush buffer: the caches
-of the core this process runs on must be the ones evicted) then ``go`` (one call): the controller poisons the
+The cpu target's timed calls are ``prepare`` (map the inputs at a new address, evict them and the outputs from the
+caches with the judge's library, or write a buffer in this process where it is missing) then ``go`` (one call): the controller poisons the
 outputs before and times ``go`` with its own clock; the ``worker_ms`` each ``go`` reports is only a cross-check
 (see `ksearch.eval.protocol`). Device targets time blocks of repeats with
 the device's events (``call`` with a timing plan).

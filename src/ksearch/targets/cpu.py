@@ -149,18 +149,28 @@ class CpuTarget:
         artifact = cache_dir / f"{key}.so"
         if artifact.is_file():
             return CompileResult(True, artifact, "(cached)", time.perf_counter() - t0, cached=True)
+        run, built = self._build(candidate.sources, [compiler, *flags, *sorted(srcs), "-lm"], artifact, timeout_s)
+        log = _log(run)
+        if not built:
+            return CompileResult(False, None, log or f"compiler exited with {run.returncode}", time.perf_counter() - t0)
+        return CompileResult(True, artifact, log, time.perf_counter() - t0)
+
+    def _build(self, sources: dict[str, str], argv: list[str], artifact: Path, timeout_s: float) -> tuple[JailedRun, bool]:
+        """Write ``sources`` to a fresh directory, run ``argv -o out.so`` there in the compile jail and, when it
+        built, move the library to ``artifact`` (atomically: a concurrent build of the same key is harmless)."""
         with tempfile.TemporaryDirectory(prefix="ksearch-cc-") as tmp:
-            build = _write_sources(candidate, tmp)
-            run = self._jailed([compiler, *flags, "-o", "kernel.so", *sorted(srcs), "-lm"], build, timeout_s)
-            log = _log(run)
-            out = build / "kernel.so"
+            build = Path(tmp).resolve()
+            for name, text in sources.items():
+                (build / name).write_text(text)
+            run = self._jailed([*argv, "-o", "out.so"], build, timeout_s)
+            out = build / "out.so"
             if run.returncode != 0 or run.timed_out or not out.is_file():
-                return CompileResult(False, None, log or f"compiler exited with {run.returncode}",
-                                     time.perf_counter() - t0)
+                return run, False
+            artifact.parent.mkdir(parents=True, exist_ok=True)
             partial = artifact.with_suffix(f".{os.getpid()}.{time.monotonic_ns()}.tmp")
             shutil.copyfile(out, partial)
-            partial.replace(artifact)  # atomic: a concurrent build of the same key is harmless
-        return CompileResult(True, artifact, log, time.perf_counter() - t0)
+            partial.replace(artifact)
+        return run, True
 
     def evict_library(self, timeout_s: float = 60.0) -> Path | None:
         """The judge's cache-eviction library (``ksearch/eval/native/evict.c``: CLFLUSHOPT/CLFLUSH on x86-64,
@@ -176,30 +186,14 @@ class CpuTarget:
             return None
         text = src.read_text()
         key = hashlib.sha256(f"{text}|{compiler}|{version}|{platform.machine()}".encode()).hexdigest()[:24]
-        cache_dir = config.home_dir() / "cache" / "cpu"
-        lib = cache_dir / f"evict-{key}.so"
+        lib = config.home_dir() / "cache" / "cpu" / f"evict-{key}.so"
         if lib.is_file():
             return lib
         try:
-            return self._build_evict(text, compiler, lib, timeout_s)
-        except OSError:  # a home that cannot be written: the worker writes its buffer instead
+            _, built = self._build({"evict.c": text}, [compiler, "-O2", "-shared", "-fPIC", "evict.c"], lib, timeout_s)
+        except (TargetError, OSError):  # no jail, or a home that cannot be written: the worker writes its buffer
             return None
-
-    def _build_evict(self, text: str, compiler: str, lib: Path, timeout_s: float) -> Path | None:
-        lib.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="ksearch-evict-") as tmp:
-            build = Path(tmp).resolve()
-            (build / "evict.c").write_text(text)
-            try:
-                run = self._jailed([compiler, "-O2", "-shared", "-fPIC", "-o", "evict.so", "evict.c"], build, timeout_s)
-            except TargetError:
-                return None
-            if run.returncode != 0 or run.timed_out or not (build / "evict.so").is_file():
-                return None
-            partial = lib.with_suffix(f".{os.getpid()}.{time.monotonic_ns()}.tmp")
-            shutil.copyfile(build / "evict.so", partial)
-            partial.replace(lib)
-        return lib
+        return lib if built else None
 
     def expand(self, candidate: Candidate, timeout_s: float = 20.0):
         """The candidate's own lines after the C preprocessor (run in the compile jail), for the static checks.
