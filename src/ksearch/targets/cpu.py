@@ -176,8 +176,8 @@ class CpuTarget:
         """The judge's cache-eviction library (``ksearch/eval/native/evict.c``: CLFLUSHOPT/CLFLUSH on x86-64,
         DC CIVAC on AArch64), built in the compile jail once per compiler and cached beside the kernels. The
         worker loads it before the kernel and evicts the inputs and outputs of every timed call with it, at a cost
-        proportional to the workload's bytes rather than to the last-level cache (twice a 480 MB L3 written per
-        call, the old way, took 140 ms). None when it cannot be built: the worker then writes a buffer."""
+        proportional to the workload's bytes rather than to the last-level cache (a VM's CPU may report its host's
+        whole L3: 480 MB seen). None when it cannot be built: the worker then writes a buffer."""
         src = Path(__file__).resolve().parent.parent / "eval" / "native" / "evict.c"
         try:
             compiler = config.c_compiler()
