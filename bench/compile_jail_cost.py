@@ -29,7 +29,7 @@ from cpu_selective_scan_search import machine  # noqa: E402
 
 from ksearch import config  # noqa: E402
 from ksearch.eval import static_checks  # noqa: E402
-from ksearch.eval.records import Candidate  # noqa: E402
+from ksearch.records import Candidate  # noqa: E402
 from ksearch.targets import cpu  # noqa: E402
 from ksearch.targets.cpu import BASE_FLAGS, CpuTarget  # noqa: E402
 from ksearch.tasks import load_task  # noqa: E402

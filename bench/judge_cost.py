@@ -32,7 +32,7 @@ from cpu_selective_scan_search import machine  # noqa: E402
 
 from ksearch.eval import static_checks  # noqa: E402
 from ksearch.eval.evaluator import EvalConfig, Evaluator  # noqa: E402
-from ksearch.eval.sandbox import Policy  # noqa: E402
+from ksearch.jail.sandbox import Policy  # noqa: E402
 from ksearch.eval.timing import Reference  # noqa: E402
 from ksearch.hardware.cache import load_or_measure  # noqa: E402
 from ksearch.hardware.load import measure_load  # noqa: E402

@@ -40,8 +40,8 @@ sys.path.insert(0, str(HERE))
 from cpu_selective_scan_search import machine  # noqa: E402
 
 from ksearch.eval.evaluator import EvalConfig, Evaluator  # noqa: E402
-from ksearch.eval.protocol import TimingPlan  # noqa: E402
-from ksearch.eval.records import Candidate  # noqa: E402
+from ksearch.protocol import TimingPlan  # noqa: E402
+from ksearch.records import Candidate  # noqa: E402
 from ksearch.eval.timing import Reference  # noqa: E402
 from ksearch.hardware.load import measure_load  # noqa: E402
 from ksearch.tasks import load_task  # noqa: E402

@@ -19,7 +19,7 @@ import pstats
 import time
 
 from ksearch.eval.evaluator import EvalConfig, Evaluator
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.eval.timing import Reference
 from ksearch.tasks import load_task
 

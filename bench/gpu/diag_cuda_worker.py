@@ -27,7 +27,7 @@ def attempt(label, env=None, limits=()):
 
 
 def main():
-    from ksearch.eval.sandbox import scrubbed_env
+    from ksearch.jail.sandbox import scrubbed_env
 
     home = Path(tempfile.mkdtemp())
     attempt("full environment")
@@ -40,7 +40,7 @@ def main():
         attempt(f"worker env + {name}", env, [(which, value)])
     attempt("stdin /dev/null + worker env", env)
     try:
-        from ksearch.eval.records import Candidate
+        from ksearch.records import Candidate
         from ksearch.targets.cuda import CudaTarget
         from ksearch.tasks import load_task
 
@@ -62,8 +62,8 @@ def workers():
     """The naive CUDA kernel loaded and called by real workers under each sandbox setting."""
     import json
 
-    from ksearch.eval.records import Candidate
-    from ksearch.eval.sandbox import Policy, Worker
+    from ksearch.records import Candidate
+    from ksearch.jail.sandbox import Policy, Worker
     from ksearch.targets.cuda import CudaTarget
     from ksearch.tasks import load_task
 

@@ -1,7 +1,7 @@
 """Infrastructure errors, in one place.
 
 Outcomes of a candidate (compile error, wrong answer, timeout, ...) are *not* exceptions: they are
-`ksearch.eval.records.Status` values. Exceptions are for the infrastructure around candidates:
+`ksearch.records.Status` values. Exceptions are for the infrastructure around candidates:
 a malformed task file, a missing compiler, a worker that could not start, an unknown run.
 Every message names the bad value.
 """

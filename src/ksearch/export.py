@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ksearch.errors import KsearchError
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.targets.mlx import BACKENDS, parse_launch, split_sources
 from ksearch.tasks.definition import Definition
 

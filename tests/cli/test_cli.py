@@ -226,7 +226,7 @@ def test_a_relative_queue_dir_and_price_file_are_saved_absolute(tmp_path, monkey
 
 
 def test_knowledge_render_writes_the_candidate_the_proposer_would_judge(tmp_path):
-    from ksearch.eval.records import Candidate
+    from ksearch.records import Candidate
     from ksearch.knowledge import load_pack
     from ksearch.tasks import load_task
 
@@ -259,7 +259,7 @@ def test_knowledge_render_refuses_a_name_given_twice():
 def test_eval_takes_a_rendered_candidate_json_as_it_is(tmp_path, monkeypatch):
     import ksearch.cli.eval_cmd as eval_cmd
     import ksearch.hardware.cache as cache
-    from ksearch.eval.records import Candidate
+    from ksearch.records import Candidate
 
     judged = []
 

@@ -8,8 +8,8 @@ import pytest
 
 from ksearch.errors import TaskError
 from ksearch.eval.baselines import time_baseline
-from ksearch.eval.protocol import TimingPlan
-from ksearch.eval.records import Status
+from ksearch.protocol import TimingPlan
+from ksearch.records import Status
 from ksearch.tasks.loader import load_task
 
 CALLS: list[int] = []  # the counted baseline's calls of run

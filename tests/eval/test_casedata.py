@@ -7,8 +7,8 @@ import numpy as np
 
 from ksearch.eval.casedata import CaseData, same_bytes
 from ksearch.eval.evaluator import EvalConfig, Evaluator
-from ksearch.eval.protocol import TimingPlan
-from ksearch.eval.records import Status
+from ksearch.protocol import TimingPlan
+from ksearch.records import Status
 from ksearch.tasks import load_task
 
 QUICK = TimingPlan(warmup=1, min_repeats=3, max_repeats=3, min_time_s=0.0, max_time_s=1.0, flush_bytes=1 << 16)

@@ -5,8 +5,8 @@ import pytest
 
 from ksearch.eval.compare import compare
 from ksearch.eval.evaluator import EvalConfig, Evaluator
-from ksearch.eval.protocol import TimingPlan
-from ksearch.eval.records import Candidate, Status
+from ksearch.protocol import TimingPlan
+from ksearch.records import Candidate, Status
 from ksearch.tasks import load_task
 from ksearch.tasks.definition import Tolerance
 

@@ -1,4 +1,4 @@
-"""The judge's cache eviction (eval/native/evict.c): built in the compile jail, loaded by the worker before the
+"""The judge's cache eviction (targets/native/evict.c): built in the compile jail, loaded by the worker before the
 kernel, and harmless to the data it evicts."""
 
 import ctypes

@@ -12,8 +12,8 @@ import time
 import pytest
 
 from ksearch.eval.evaluator import EvalConfig, Evaluator
-from ksearch.eval.protocol import TimingPlan
-from ksearch.eval.records import Candidate, Status
+from ksearch.protocol import TimingPlan
+from ksearch.records import Candidate, Status
 from ksearch.tasks import load_task
 
 TASK = load_task("selective-scan")

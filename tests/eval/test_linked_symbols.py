@@ -7,7 +7,7 @@ import pytest
 from ksearch.errors import TargetError
 from ksearch.eval import linked_symbols as ls
 from ksearch.eval import static_checks as sc
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.targets.cpu import CpuTarget
 from ksearch.tasks import load_task
 

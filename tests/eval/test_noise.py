@@ -15,10 +15,10 @@ import shutil
 import pytest
 
 from ksearch.eval.evaluator import EvalConfig, Evaluator
-from ksearch.eval.protocol import TimingPlan
-from ksearch.eval.records import Candidate, Status
+from ksearch.protocol import TimingPlan
+from ksearch.records import Candidate, Status
 from ksearch.eval.timing import Reference
-from ksearch.search.controller import summarize
+from ksearch.run.controller import summarize
 from ksearch.search.strategy import SearchState, update_state
 from ksearch.search.worldmodel import ROOT_ID, Action, EvalSummary, NodeStatus, Tree, attach
 from ksearch.search.edits import Insert, apply

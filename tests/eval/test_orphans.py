@@ -12,8 +12,8 @@ import pytest
 SCRIPT = r"""
 import sys
 from ksearch.eval.evaluator import EvalConfig, Evaluator
-from ksearch.eval.records import Candidate
-from ksearch.eval.sandbox import Policy
+from ksearch.records import Candidate
+from ksearch.jail.sandbox import Policy
 from ksearch.tasks import load_task
 from tests.eval import kernels
 ev = Evaluator(load_task("selective-scan"), config=EvalConfig(seeds=[1], timeout_s=600, static_checks=False,

@@ -5,8 +5,8 @@ the textbook softplus log(1 + exp(x)) in fp32, which overflows to inf for x > 88
 import pytest
 
 from ksearch.eval.evaluator import EvalConfig, Evaluator
-from ksearch.eval.protocol import TimingPlan
-from ksearch.eval.records import Candidate, Status
+from ksearch.protocol import TimingPlan
+from ksearch.records import Candidate, Status
 from ksearch.tasks import load_task
 
 QUICK = TimingPlan(warmup=1, min_repeats=3, max_repeats=5, min_time_s=0.0, max_time_s=1.0, flush_bytes=1 << 20)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.eval import jail, jail_fs
-from ksearch.eval.compile_jail import LAUNCHER
-from ksearch.eval.sandbox import SYSTEM_PATHS, Policy, Worker, describe_exit, policy_argument, scrubbed_env
+from ksearch.jail import jail, jail_fs
+from ksearch.jail.compile_jail import LAUNCHER
+from ksearch.jail.sandbox import SYSTEM_PATHS, Policy, Worker, describe_exit, policy_argument, scrubbed_env
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 from ksearch.errors import TargetError
 from ksearch.eval import c_scan
 from ksearch.eval import static_checks as sc
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.knowledge import load_pack
 from ksearch.targets.cpu import CpuTarget
 from ksearch.tasks import load_task

@@ -5,7 +5,7 @@ threadgroup memory and threads per group over the target's limits (computed from
 import pytest
 
 from ksearch.eval import static_checks as sc
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.eval.static_limits import constants, declarations, evaluate, type_bytes
 from ksearch.knowledge import load_pack
 from ksearch.tasks import load_task

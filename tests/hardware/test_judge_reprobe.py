@@ -10,8 +10,8 @@ import shutil
 import pytest
 
 from ksearch.eval.evaluator import EvalConfig, Evaluator
-from ksearch.eval.protocol import TimingPlan
-from ksearch.eval.records import Status
+from ksearch.protocol import TimingPlan
+from ksearch.records import Status
 from ksearch.tasks import load_task
 
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler 'cc' on PATH")

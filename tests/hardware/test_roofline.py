@@ -80,7 +80,7 @@ def test_evaluator_without_the_tasks_peak_records_no_floor_instead_of_crashing(t
     from types import SimpleNamespace
 
     from ksearch.eval.evaluator import Evaluator
-    from ksearch.eval.records import Status, WorkloadResult
+    from ksearch.records import Status, WorkloadResult
     from ksearch.tasks import load_task
 
     task = load_task("attention-prefill")

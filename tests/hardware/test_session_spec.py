@@ -53,8 +53,8 @@ def test_no_stored_spec_probes(probes):
 
 
 def test_a_resumed_session_uses_the_runs_spec_and_stores_a_reprobed_one(here, probes, monkeypatch):
-    from ksearch.search.controller import RunConfig
-    from ksearch.search.session import Session
+    from ksearch.run.controller import RunConfig
+    from ksearch.run.session import Session
     from ksearch.store.db import Store
     from ksearch.store.runs import run_dir
 

@@ -3,7 +3,7 @@ references are computed once, and a check-then-time step that prints one ``GPU .
 
 import pytest
 
-from ksearch.eval.records import Candidate, Status
+from ksearch.records import Candidate, Status
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ stores, and a few paths (the naive family, the fast combination, omp-simd with -
 import pytest
 
 from ksearch.eval.evaluator import EvalConfig, Evaluator
-from ksearch.eval.records import Candidate, Status
+from ksearch.records import Candidate, Status
 from ksearch.knowledge import load_pack
 from ksearch.tasks import load_task
 

@@ -13,7 +13,7 @@ import pytest
 
 from ksearch.eval import static_checks as sc
 from ksearch.eval import static_limits as sl
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.knowledge import load_pack
 from ksearch.search.static_pass import check_candidates
 from ksearch.tasks import Workload, load_task

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from ksearch.eval import static_checks
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.knowledge import load_pack
 from ksearch.targets import get_target
 from ksearch.tasks import load_task

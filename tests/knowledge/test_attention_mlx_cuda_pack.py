@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from ksearch.eval import static_checks
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.knowledge import load_pack
 from ksearch.targets import cuda_launch
 from ksearch.targets import mlx as mlxt

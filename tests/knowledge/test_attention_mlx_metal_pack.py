@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from ksearch.eval import static_checks as sc
 from ksearch.eval import static_limits as sl
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.hardware import catalog
 from ksearch.knowledge import load_pack
 from ksearch.proposers.patterns import PatternsProposer

@@ -5,7 +5,7 @@ every family's default path, hand-picked fast paths, and a seeded random sample 
 import pytest
 
 from ksearch.eval.evaluator import EvalConfig, Evaluator
-from ksearch.eval.records import Candidate, Status
+from ksearch.records import Candidate, Status
 from ksearch.hardware.cpu import detect_cpu
 from ksearch.knowledge import load_pack
 from ksearch.tasks import load_task

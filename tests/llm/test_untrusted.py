@@ -9,11 +9,11 @@ import time
 import jinja2
 import pytest
 
-from ksearch.eval.records import Candidate, Evaluation, Status, WorkloadResult
-from ksearch.llm import context as ctx
+from ksearch.records import Candidate, Evaluation, Status, WorkloadResult
+from ksearch.proposers.llm import context as ctx
 from ksearch.llm import untrusted
 from ksearch.llm.untrusted import COMPILER, JUDGE, Source, Untrusted, clean, fence
-from ksearch.proposers.llm import LLMProposer
+from ksearch.proposers.llm.proposer import LLMProposer
 from ksearch.search.edits import apply
 from ksearch.search.strategy import SearchState, update_state
 from ksearch.search.worldmodel import EvalSummary, attach

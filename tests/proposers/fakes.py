@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ksearch.eval.records import Candidate, Evaluation, Status, WorkloadResult
+from ksearch.records import Candidate, Evaluation, Status, WorkloadResult
 from ksearch.hardware.spec import CacheLevel, HardwareSpec
 from ksearch.llm.base import LLMReply
 from ksearch.search.edits import Insert, apply

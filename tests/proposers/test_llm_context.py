@@ -1,4 +1,4 @@
-"""What each ``--context`` level puts in the llm proposer's prompts (ksearch.llm.context and prompts/*.j2).
+"""What each ``--context`` level puts in the llm proposer's prompts (ksearch.proposers.llm.context and prompts/*.j2).
 
 Snapshot tests: for the selective-scan task on the cpu target, a fixed HardwareSpec built here (never detected)
 and a fixed small tree, the planner's initial prompt, the planner's refine prompt and the coder's first prompt
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from ksearch.errors import ConfigError
-from ksearch.eval.records import Candidate
-from ksearch.llm import context as ctx
-from ksearch.proposers.llm import LLMProposer
+from ksearch.records import Candidate
+from ksearch.proposers.llm import context as ctx
+from ksearch.proposers.llm.proposer import LLMProposer
 from ksearch.search.strategy import SearchState, update_state
 from ksearch.search.worldmodel import EvalSummary, attach
 from tests.proposers.fakes import (NAIVE_MS, TASK, FakeClient, edits_json, family, fixed_cpu_spec, fixed_gpu_spec,

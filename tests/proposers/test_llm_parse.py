@@ -1,9 +1,9 @@
-"""Reading model replies: the planner's JSON edit arrays and the coder's fenced source blocks (ksearch.llm.parse)."""
+"""Reading model replies: the planner's JSON edit arrays and the coder's fenced source blocks (ksearch.proposers.llm.parse)."""
 
 import pytest
 
 from ksearch.errors import KnowledgeError
-from ksearch.llm.parse import ReplyError, check_edits, extract_code, extract_json_array, fences
+from ksearch.proposers.llm.parse import ReplyError, check_edits, extract_code, extract_json_array, fences
 from ksearch.search.edits import Delete, Insert, Update
 
 EDIT = '{"op": "delete", "node_id": "n3"}'

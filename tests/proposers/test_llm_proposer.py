@@ -8,9 +8,9 @@ import re
 import pytest
 
 from ksearch.errors import ConfigError, KnowledgeError, LLMBudgetExhausted, LLMUnavailable
-from ksearch.eval.records import Candidate, Evaluation, Status, WorkloadResult
+from ksearch.records import Candidate, Evaluation, Status, WorkloadResult
 from ksearch.llm.base import LLMReply
-from ksearch.proposers.llm import LLMProposer
+from ksearch.proposers.llm.proposer import LLMProposer
 from ksearch.search.edits import Insert, Update, apply
 from ksearch.search.strategy import SearchState, update_state
 from ksearch.search.worldmodel import ROOT_ID, EvalSummary, NodeStatus, attach
@@ -418,7 +418,7 @@ class FakeJudge:
 
 
 def test_controller_runs_with_the_llm_proposer(tmp_path):
-    from ksearch.search.controller import Controller, RunConfig
+    from ksearch.run.controller import Controller, RunConfig
     from ksearch.store.db import Store
 
     store = Store(tmp_path / "run.sqlite", create=True)

@@ -1,6 +1,6 @@
 """Tests for ksearch.report.summary: the run summary and what it says of the best kernel's final checks."""
 
-from ksearch.eval.records import Evaluation, Status, WorkloadResult
+from ksearch.records import Evaluation, Status, WorkloadResult
 from ksearch.report.summary import final_summary, verdict_lines
 
 RUN = {"id": "r1", "task": "t", "target": "cpu", "status": "finished"}

@@ -4,9 +4,9 @@ import hashlib
 
 import pytest
 
-from ksearch.eval.records import Candidate, Evaluation, Status, WorkloadResult
+from ksearch.records import Candidate, Evaluation, Status, WorkloadResult
 from ksearch.proposers.patterns import PatternsProposer
-from ksearch.search.controller import Controller, RunConfig, score_of
+from ksearch.run.controller import Controller, RunConfig, score_of
 from ksearch.store.db import Store
 from ksearch.tasks import load_task
 
@@ -174,7 +174,7 @@ def test_a_stop_while_building_the_first_tree_does_not_measure_the_naive_kernel_
 def test_a_proposer_that_only_repeats_itself_cannot_keep_a_run_going(tmp_path):
     """Every step's kernel already judged (an llm can do that): the budget counts judged kernels, so the
     loop must end on its own after MAX_IDLE_STEPS idle steps."""
-    from ksearch.search.controller import MAX_IDLE_STEPS
+    from ksearch.run.controller import MAX_IDLE_STEPS
 
     c = make(tmp_path, budget=8)
     c.start()
@@ -187,7 +187,7 @@ def test_a_proposer_that_only_repeats_itself_cannot_keep_a_run_going(tmp_path):
 
 
 def test_time_limit_stops_starting_steps_and_resume_goes_on(tmp_path, monkeypatch):
-    import ksearch.search.controller as controller
+    import ksearch.run.controller as controller
 
     clock = iter(range(0, 1000, 10))  # each monotonic() call: 10 s later
     monkeypatch.setattr(controller, "clock", lambda: next(clock))

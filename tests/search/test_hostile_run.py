@@ -2,11 +2,11 @@
 candidate is stored with a failing status, and none of them ever becomes a parent (quarantine)."""
 
 from ksearch.eval.evaluator import EvalConfig, Evaluator
-from ksearch.eval.protocol import TimingPlan
-from ksearch.eval.records import Candidate, Status
-from ksearch.eval.sandbox import Policy
+from ksearch.protocol import TimingPlan
+from ksearch.records import Candidate, Status
+from ksearch.jail.sandbox import Policy
 from ksearch.proposers.patterns import PatternsProposer
-from ksearch.search.controller import Controller, RunConfig
+from ksearch.run.controller import Controller, RunConfig
 from ksearch.search.worldmodel import ROOT_ID, EvalSummary, NodeStatus, Tree, attach
 from ksearch.store.db import Store
 from ksearch.tasks import load_task

@@ -1,4 +1,4 @@
-"""Tests for ksearch.search.session: where runs are created, what a failed start leaves, resume and the lock."""
+"""Tests for ksearch.run.session: where runs are created, what a failed start leaves, resume and the lock."""
 
 import fcntl
 import json
@@ -7,8 +7,8 @@ import shutil
 import pytest
 
 from ksearch.errors import KsearchError, StoreError
-from ksearch.search.controller import RunConfig
-from ksearch.search.session import Session
+from ksearch.run.controller import RunConfig
+from ksearch.run.session import Session
 from ksearch.store.db import Store
 from ksearch.store.runs import run_dir, runs_dir
 from ksearch.tasks.loader import _BUILTIN_ROOT
@@ -72,7 +72,7 @@ def test_reference_timings_skip_a_baseline_that_does_not_load_and_keep_one_that_
     # naive / best / hidden measurements were lost and every resume failed the same way
     import dataclasses
 
-    from ksearch.search.session import reference_timings
+    from ksearch.run.session import reference_timings
     from ksearch.tasks import load_task
 
     task = load_task("selective-scan")
@@ -92,7 +92,7 @@ def test_reference_timings_say_a_baseline_for_other_targets_only_where_none_runs
     note about it; where no baseline runs at all, the summary says why each was skipped."""
     import dataclasses
 
-    from ksearch.search.session import reference_timings
+    from ksearch.run.session import reference_timings
     from ksearch.tasks import load_task
 
     task = load_task("selective-scan")

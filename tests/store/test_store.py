@@ -3,7 +3,7 @@ import sqlite3
 import pytest
 
 from ksearch.errors import StoreError
-from ksearch.eval.records import Candidate, Evaluation, Status
+from ksearch.records import Candidate, Evaluation, Status
 from ksearch.store.db import MIGRATIONS, Store
 
 
@@ -135,7 +135,7 @@ def _call(h="h1", reply="ok", replayed=False, error=None, cost=0.01, tokens=(100
 
 def test_llm_calls_are_kept_replayable_and_summed(tmp_path):
     from ksearch.llm.client import Budget
-    from ksearch.llm.factory import StoreReplay
+    from ksearch.proposers.llm.factory import StoreReplay
 
     s = Store(tmp_path / "r.sqlite", create=True)
     s.create_run("r", "t", "cpu", {}, {}, None)

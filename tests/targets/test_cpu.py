@@ -7,9 +7,9 @@ import pytest
 import yaml
 
 from ksearch import knowledge
-from ksearch.eval import compile_jail
-from ksearch.eval.compile_jail import CompilePolicy, JailedRun
-from ksearch.eval.records import Candidate
+from ksearch.jail import compile_jail
+from ksearch.jail.compile_jail import CompilePolicy, JailedRun
+from ksearch.records import Candidate
 from ksearch.knowledge import load_pack
 from ksearch.targets import cpu
 from ksearch.targets.cpu import CpuTarget, refused_flag

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from ksearch.eval import static_checks
-from ksearch.eval.records import Candidate, Status
+from ksearch.records import Candidate, Status
 from ksearch.targets import get_target, target_names
 from ksearch.targets.cuda import CudaTarget, cupy_status
 from ksearch.targets.cuda_launch import PlanError, parse_plan, refused_flag, resolve, temporary_shape
@@ -170,7 +170,7 @@ def test_naive_kernels_compile_with_nvcc_for_sm90(name, tmp_path):
 
 def _evaluate(task, candidate, workloads, namespaces="auto"):
     from ksearch.eval.evaluator import EvalConfig, Evaluator
-    from ksearch.eval.sandbox import Policy
+    from ksearch.jail.sandbox import Policy
 
     ev = Evaluator(task, "cuda", None, EvalConfig(seeds=[1, 2], sandbox=Policy(namespaces=namespaces)))
     try:

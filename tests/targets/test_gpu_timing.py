@@ -3,7 +3,7 @@ of poison, flush, sync and events around each call, input rotation, warm-up, and
 
 from __future__ import annotations
 
-from ksearch.eval.protocol import TimingPlan
+from ksearch.protocol import TimingPlan
 from ksearch.targets.gpu_timing import COVER_US, ROTATE, flush_size, rotation_copies, timed_repeats, warm_up
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from ksearch.errors import TargetError
 from ksearch.eval import static_checks
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.knowledge.pack import load_pack
 from ksearch.targets import base, get_target, resolve_target
 from ksearch.targets import mlx as mlxt

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ksearch.cli import app
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.export import ExportError, export_candidate, module_source
 from ksearch.tasks import load_task
 
@@ -112,7 +112,7 @@ def test_static_pass_reports_a_candidate_that_breaks_a_limit():
 
 def test_export_of_a_run_takes_its_best_kernel_and_explains_an_unfinished_run(tmp_path, monkeypatch):
     from ksearch.export import export_run
-    from ksearch.search.controller import RunConfig
+    from ksearch.run.controller import RunConfig
     from ksearch.store.db import Store
     from ksearch.store.runs import run_dir
 

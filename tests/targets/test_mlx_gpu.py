@@ -8,7 +8,7 @@ import importlib.util
 import numpy as np
 import pytest
 
-from ksearch.eval.records import Candidate, Status
+from ksearch.records import Candidate, Status
 from ksearch.export import export_candidate
 from ksearch.knowledge.pack import load_pack
 from ksearch.tasks.loader import load_task
@@ -19,7 +19,7 @@ TASKS = ("selective-scan", "selective-scan-fp16")
 
 def _evaluate(task, candidate, workloads):
     from ksearch.eval.evaluator import EvalConfig, Evaluator
-    from ksearch.eval.sandbox import Policy
+    from ksearch.jail.sandbox import Policy
 
     ev = Evaluator(task, "mlx-cuda", None, EvalConfig(seeds=[1, 2], sandbox=Policy(namespaces="off")))
     try:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ksearch.errors import KernelCompileError
-from ksearch.eval.protocol import TimingPlan
+from ksearch.protocol import TimingPlan
 from ksearch.tasks import load_task
 
 mx = pytest.importorskip("mlx.core")

@@ -21,7 +21,7 @@ import pytest
 
 from ksearch.errors import KsearchError, SearchError
 from ksearch.eval import static_checks
-from ksearch.eval.records import Candidate, Status
+from ksearch.records import Candidate, Status
 from ksearch.targets import get_target, target_names
 from ksearch.targets.triton import TritonTarget, triton_status
 from ksearch.tasks.loader import load_task
@@ -184,8 +184,8 @@ def test_triton_workers_get_the_gpu_with_namespaces_and_seccomp_off(task, monkey
 
 
 def test_a_run_is_refused_with_the_reason_when_triton_cannot_run(monkeypatch, tmp_path):
-    from ksearch.search.controller import RunConfig
-    from ksearch.search.session import Session
+    from ksearch.run.controller import RunConfig
+    from ksearch.run.session import Session
     from ksearch.store.runs import runs_dir
 
     monkeypatch.setenv("KSEARCH_HOME", str(tmp_path))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from ksearch.eval import static_checks as sc
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.knowledge import load_pack
 from ksearch.tasks import load_task
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from ksearch.eval import static_checks
-from ksearch.eval.protocol import TimingPlan
-from ksearch.eval.records import Candidate, Status
+from ksearch.protocol import TimingPlan
+from ksearch.records import Candidate, Status
 from ksearch.targets import mlx as mlxt
 from ksearch.tasks.definition import Workload
 from ksearch.tasks.inputs import make_inputs, to_float64
@@ -369,7 +369,7 @@ def _passes_and_follows_the_causal_axis(baseline: str, name: str, workload: str,
     """The baseline passes the task's check, and the same file with the other mask (the const axis flipped)
     fails it."""
     from ksearch.eval.baselines import time_baseline
-    from ksearch.eval.records import Status
+    from ksearch.records import Status
 
     task = load_task(name)
     once = TimingPlan(min_repeats=1, max_repeats=1, min_time_s=0)

@@ -13,8 +13,8 @@ from rich.markup import escape
 from ksearch.cli.options import positive_seconds
 from ksearch.errors import TargetError, TaskError
 from ksearch.eval.evaluator import EvalConfig, Evaluator
-from ksearch.eval.records import Candidate
-from ksearch.eval.sandbox import Policy
+from ksearch.records import Candidate
+from ksearch.jail.sandbox import Policy
 from ksearch.eval.timing import Reference
 from ksearch.llm.untrusted import clean
 from ksearch.report.tables import ceilings_lines, evaluation_json, evaluation_table, wide_console

@@ -16,8 +16,8 @@ from ksearch.errors import LLMBudgetExhausted, LLMError, LLMUnavailable
 from ksearch.llm.settings import infer_backend
 from ksearch.report.summary import decision_path, summary_table, tree_view, verdict_lines
 from ksearch.report.tables import paired_text, wide_console
-from ksearch.search.controller import RunConfig, StepReport
-from ksearch.search.session import Session
+from ksearch.run.controller import RunConfig, StepReport
+from ksearch.run.session import Session
 from ksearch.search.strategy import StrategyConfig
 from ksearch.store.runs import list_runs, open_run
 from ksearch.targets import get_target, resolve_target
@@ -295,7 +295,7 @@ def show_command(
     as_json: bool = typer.Option(False, "--json", help="Print the run, its evaluations and tree as JSON."),
 ) -> None:
     """A run's results and its world model as text."""
-    from ksearch.search.controller import load_snapshot, run_config
+    from ksearch.run.controller import load_snapshot, run_config
 
     store = open_run(run)
     try:
@@ -335,7 +335,7 @@ def show_command(
     best = tree.best()
     out.print(tree_view(tree, best.id if best else None, show_open))
     if final and final.get("naive"):
-        from ksearch.eval.records import Evaluation
+        from ksearch.records import Evaluation
         from ksearch.report.summary import final_summary
 
         summary = final_summary(info, len(evals), best.id if best else None, final.get("best_candidate_id"),

@@ -24,8 +24,8 @@ import numpy as np
 
 from ksearch.errors import TaskError
 from ksearch.eval.compare import compare
-from ksearch.eval.protocol import TimingPlan
-from ksearch.eval.records import Status, WorkloadResult
+from ksearch.protocol import TimingPlan
+from ksearch.records import Status, WorkloadResult
 from ksearch.eval.stats import summarize_times
 from ksearch.tasks.inputs import make_inputs
 from ksearch.tasks.loader import Task

@@ -12,7 +12,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ksearch.eval.records import Status
+from ksearch.records import Status
 from ksearch.tasks.definition import Tolerance
 
 _FLOAT64_UP_TO = 1 << 20  # elements

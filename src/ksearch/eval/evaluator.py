@@ -37,9 +37,9 @@ from ksearch.eval.casedata import CaseData, default_input_cache_bytes, remove_st
 from ksearch.eval.casedata import shared_dir as _shared_dir
 from ksearch.eval.compare import compare
 from ksearch.eval.hidden import draw_hidden_workloads
-from ksearch.eval.protocol import TimingPlan
-from ksearch.eval.records import Candidate, Evaluation, Status, WorkloadResult
-from ksearch.eval.sandbox import Policy, ProtocolViolation, Worker, WorkerDied, WorkerStopped, WorkerTimeout
+from ksearch.protocol import TimingPlan
+from ksearch.records import Candidate, Evaluation, Status, WorkloadResult
+from ksearch.jail.sandbox import Policy, ProtocolViolation, Worker, WorkerDied, WorkerStopped, WorkerTimeout
 from ksearch.eval.timing import (Contender, ExternalKill, Reference, RoundTimer, calibrate, combine, decision_rounds,
                                  died_message, failure_status, killed_from_outside, worker_main_pid)
 from ksearch.hardware.load import LoadMeter

@@ -55,7 +55,7 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 from ksearch.errors import KsearchError, TargetError
 from ksearch.eval import c_scan
 from ksearch.eval.c_scan import defined_functions, file_scope_blocks, strip_c  # noqa: F401 - used from here too
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 
 RULES_DIR = Path(__file__).parent / "static_rules"
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from ksearch.errors import KsearchError
 
 if TYPE_CHECKING:
-    from ksearch.eval.records import Candidate
+    from ksearch.records import Candidate
     from ksearch.eval.static_checks import Finding, Lines, Rule
 
 #: bytes per element of the scalar types kernels put in shared/threadgroup memory

@@ -37,15 +37,15 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ksearch.eval.protocol import TimingPlan
-from ksearch.eval.records import Candidate, Paired, Status
-from ksearch.eval.sandbox import ProtocolViolation, Worker, WorkerDied, WorkerStopped, WorkerTimeout, describe_exit
+from ksearch.protocol import TimingPlan
+from ksearch.records import Candidate, Paired, Status
+from ksearch.jail.sandbox import ProtocolViolation, Worker, WorkerDied, WorkerStopped, WorkerTimeout, describe_exit
 from ksearch.eval.stats import (LogSample, PairedStats, combine_paired, log_sample, min_rounds_for, paired_ratio,
                                 summarize_times)
 
 if TYPE_CHECKING:  # the evaluator drives this module; it is never imported from here at run time
     from ksearch.eval.evaluator import Evaluator
-    from ksearch.eval.records import WorkloadResult
+    from ksearch.records import WorkloadResult
     from ksearch.tasks.definition import Workload
 
 #: pings per calibration (after PING_WARMUP untimed ones)

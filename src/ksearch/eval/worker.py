@@ -2,14 +2,14 @@
 
 Started by the controller as ``python -m ksearch.eval.worker '<policy JSON>'`` in its own session and scratch
 directory. Before anything else (NumPy included: the process must still be single-threaded) it enters the
-sandbox the policy describes (`ksearch.eval.jail`). It never sees reference outputs: inputs arrive as
+sandbox the policy describes (`ksearch.jail.jail`). It never sees reference outputs: inputs arrive as
 read-only memory maps of files, outputs are written to files the controller reads back and compares.
 Anything the kernel prints goes to stderr, never into the protocol. Every reply echoes its request's ``id``.
 
 The cpu target's timed calls are ``prepare`` (map the inputs at a new address, evict them and the outputs from the
 caches with the judge's library, or write a buffer in this process where it is missing) then ``go`` (one call): the controller poisons the
 outputs before and times ``go`` with its own clock; the ``worker_ms`` each ``go`` reports is only a cross-check
-(see `ksearch.eval.protocol`). Device targets time blocks of repeats with
+(see `ksearch.protocol`). Device targets time blocks of repeats with
 the device's events (``call`` with a timing plan).
 """
 
@@ -111,7 +111,7 @@ SPIN_COUNT = "10000"
 
 
 def _main() -> int:
-    from ksearch.eval import jail
+    from ksearch.jail import jail
 
     report = jail.enter(json.loads(sys.argv[1]) if len(sys.argv) > 1 else {})
 
@@ -128,8 +128,8 @@ def _main() -> int:
     os.dup2(2, 1)
 
     from ksearch.errors import KernelCompileError, KernelRejected
-    from ksearch.eval.protocol import TimingPlan
-    from ksearch.eval.records import Candidate
+    from ksearch.protocol import TimingPlan
+    from ksearch.records import Candidate
     from ksearch.targets import get_target
     from ksearch.tasks.definition import Definition
 

@@ -77,7 +77,7 @@ class RenderedKernel(BaseModel):
     def candidate(self, proposer: str | None = None, **extra: Any):
         """This kernel as the judge's Candidate (sources, entry point, flags, launch plan). With ``proposer``, its
         meta records the provenance: the proposer, pack, family, choices and knobs, then ``extra``; else it is empty."""
-        from ksearch.eval.records import Candidate
+        from ksearch.records import Candidate
 
         meta = {} if proposer is None else {"proposer": proposer, "pack": self.pack, "family": self.family,
                                             "choices": self.choices, "knobs": self.knobs, **extra}

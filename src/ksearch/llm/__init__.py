@@ -1,2 +1,3 @@
-"""Language-model access for the ``llm`` proposer: backends behind one small interface (`base`), the client
-that adds retries, prices, budgets and the call log (`client`), prompts as template files (`prompts/`)."""
+"""Language-model access: backends behind one small interface (`base`, `backends`), the client that adds
+retries, prices, budgets and the call log (`client`), API keys (`keys`), prices (`prices`) and the settings saved
+with a run (`settings`). What the search asks the models is the llm proposer's (`ksearch.proposers.llm`)."""

@@ -3,7 +3,7 @@
 A kernel can print anything to stderr, raise any exception text (a Triton candidate is Python), and make the
 compiler quote any line of its source; the judge's messages quote all of these. Every such piece of text goes
 through `Untrusted.of` before a template sees it, and is written into the prompt only as a fenced block
-(`fence`; the template environment of `ksearch.llm.context` does it for every ``{{ value }}`` that is an
+(`fence`; the template environment of `ksearch.proposers.llm.context` does it for every ``{{ value }}`` that is an
 `Untrusted`, and refuses to format one any other way). What `Untrusted.of` does, in order:
 
 1. decode: bytes as UTF-8 with U+FFFD for invalid sequences; lone surrogates in a str (``surrogateescape``
@@ -74,7 +74,7 @@ COMPILER = Source("compiler output", 4000, 0.75)
 JUDGE = Source("the judge's message, which can quote the kernel's stderr and errors", 2500, 0.4)
 #: one workload's message: judge text that can quote the kernel's exception on that workload
 WORKLOAD = Source("the judge's message on this workload, which can quote the kernel's errors", 1500, 0.5)
-#: why the coder's reply gave no kernel (`ksearch.llm.parse.ReplyError`; it can quote names from the reply)
+#: why the coder's reply gave no kernel (`ksearch.proposers.llm.parse.ReplyError`; it can quote names from the reply)
 NO_KERNEL = Source("why the coder's reply held no kernel", 800, 0.5)
 
 #: ECMA-48 (5th ed., 1991) sequences: CSI (7- and 8-bit) with parameter, intermediate and final bytes; the

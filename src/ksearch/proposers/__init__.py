@@ -1,4 +1,5 @@
-"""Proposers write tree edits and kernels: ``patterns`` (offline, from knowledge packs); ``llm`` later."""
+"""Proposers write tree edits and kernels: ``patterns`` (offline, from knowledge packs) and ``llm`` (a planner and a
+coder model; the package `ksearch.proposers.llm`)."""
 
 from ksearch.proposers.base import Proposer, get_proposer
 

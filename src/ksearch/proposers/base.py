@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from ksearch.errors import SearchError
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.search.edits import Edit
 from ksearch.search.strategy import SearchState
 from ksearch.search.worldmodel import Tree
@@ -47,7 +47,7 @@ def get_proposer(name: str, task, target: str, hardware, settings=None, store=No
     if name == "llm":
         if settings is None:
             raise SearchError("the llm proposer needs a model: --model NAME (and --base-url for a local server)")
-        from ksearch.llm.factory import build_llm_proposer
+        from ksearch.proposers.llm.factory import build_llm_proposer
 
         return build_llm_proposer(task, target, hardware, settings, store, strategy)
     raise SearchError(f"unknown proposer {name!r}; known: patterns (offline, from the knowledge packs), llm")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 
 from ksearch.errors import KnowledgeError
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.eval.static_checks import check
 from ksearch.eval.static_limits import device_limit_rules
 from ksearch.knowledge.pack import FAMILY_KEY, Pack, load_pack

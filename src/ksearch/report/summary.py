@@ -8,7 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree as RichTree
 
-from ksearch.eval.records import Evaluation
+from ksearch.records import Evaluation
 from ksearch.search.worldmodel import ROOT_ID, NodeStatus, Tree
 
 

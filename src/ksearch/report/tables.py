@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from ksearch.eval.records import Evaluation, Status
+from ksearch.records import Evaluation, Status
 
 
 def _f(x: float | None, fmt: str) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ksearch.errors import KsearchError
 from ksearch.eval import static_checks
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.knowledge.pack import load_pack
 from ksearch.targets import get_target
 from ksearch.tasks.loader import Task

@@ -1,7 +1,7 @@
 """The world-model strategy: which open action to try next, when to back off, how to learn from a result.
 
 Pure functions over immutable records; deterministic given ``StrategyConfig.seed`` (no global
-random state is read). `ksearch.search.controller.Controller.step` makes one attempt per cycle::
+random state is read). `ksearch.run.controller.Controller.step` makes one attempt per cycle::
 
     decision = decide(tree, state, cfg)                  # None: ask the proposer to expand the tree
     candidate = proposer.propose(tree, decision.node_id, parent_candidate); evaluation = judge(candidate)

@@ -36,7 +36,7 @@ from ksearch.errors import SearchError
 #: Id of the root node (the baseline kernel).
 ROOT_ID = "root"
 
-#: Evaluation status string of a passing candidate (same spelling as ``ksearch.eval.records.Status``).
+#: Evaluation status string of a passing candidate (same spelling as ``ksearch.records.Status``).
 PASSED = "PASSED"
 
 
@@ -100,7 +100,7 @@ class EvalSummary(Record):
     """What the controller measured for the candidate attached to a node.
 
     Attributes:
-        status: the evaluation's overall status, spelled as ``ksearch.eval.records.Status``
+        status: the evaluation's overall status, spelled as ``ksearch.records.Status``
             ("PASSED", "COMPILE_ERROR", "INCORRECT_NUMERICAL", ...).
         score: geometric-mean speedup over the baseline across workloads (> 0, 1.0 = baseline), or
             None when the candidate did not pass.

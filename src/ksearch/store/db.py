@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ksearch.errors import StoreError
-from ksearch.eval.records import Candidate, Evaluation
+from ksearch.records import Candidate, Evaluation
 
 
 def _now() -> str:

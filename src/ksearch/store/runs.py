@@ -84,7 +84,7 @@ def list_runs() -> list[dict]:
 
 
 def _locked(directory: Path) -> bool:
-    """Whether a process holds the run's ``lock`` (taken by `ksearch.search.session` while it works on the run)."""
+    """Whether a process holds the run's ``lock`` (taken by `ksearch.run.session` while it works on the run)."""
     try:
         with open(directory / "lock", "a") as f:
             fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)

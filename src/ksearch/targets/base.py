@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from ksearch.errors import TargetError
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.tasks.definition import Definition
 
 

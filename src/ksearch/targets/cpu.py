@@ -8,7 +8,7 @@ C++ sources (``.cpp``/``.cc``) must declare the entry point ``extern "C"``.
 
 Flags: ``-O3 -march=native -fopenmp -shared -fPIC`` plus the candidate's ``compile_flags``, each of which must
 be on the allow-list `ALLOWED_FLAGS` (checked before any process starts). The compiler, for the build and for
-the static checks' preprocessor run (`CpuTarget.expand`), runs in the compile jail (`ksearch.eval.compile_jail`:
+the static checks' preprocessor run (`CpuTarget.expand`), runs in the compile jail (`ksearch.jail.compile_jail`:
 no home, no secrets, only the toolchain and the build directory in view, resource limits). Builds are cached
 under ``$KSEARCH_HOME/cache/cpu/`` by the hash of the sources, flags and compiler version.
 """
@@ -30,9 +30,9 @@ from pathlib import Path
 
 from ksearch import config
 from ksearch.errors import TargetError
-from ksearch.eval import compile_jail
-from ksearch.eval.compile_jail import CompilePolicy, JailedRun, unenforced
-from ksearch.eval.records import Candidate
+from ksearch.jail import compile_jail
+from ksearch.jail.compile_jail import CompilePolicy, JailedRun, unenforced
+from ksearch.records import Candidate
 from ksearch.targets.base import CompileResult
 from ksearch.tasks.definition import Definition
 
@@ -173,12 +173,12 @@ class CpuTarget:
         return run, True
 
     def evict_library(self, timeout_s: float = 60.0) -> Path | None:
-        """The judge's cache-eviction library (``ksearch/eval/native/evict.c``: CLFLUSHOPT/CLFLUSH on x86-64,
+        """The judge's cache-eviction library (``ksearch/targets/native/evict.c``: CLFLUSHOPT/CLFLUSH on x86-64,
         DC CIVAC on AArch64), built in the compile jail once per compiler and cached beside the kernels. The
         worker loads it before the kernel and evicts the inputs and outputs of every timed call with it, at a cost
         proportional to the workload's bytes rather than to the last-level cache (a VM's CPU may report its host's
         whole L3: 480 MB seen). None when it cannot be built: the worker then writes a buffer."""
-        src = Path(__file__).resolve().parent.parent / "eval" / "native" / "evict.c"
+        src = Path(__file__).resolve().parent / "native" / "evict.c"
         try:
             compiler = config.c_compiler()
             version = compiler_version(compiler)

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from ksearch import config
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.targets.base import CompileResult
 from ksearch.targets.cuda_launch import PlanError, parse_plan, refused_flag
 from ksearch.tasks.definition import Definition

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ksearch import config
 from ksearch.errors import TargetError
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.targets.base import CompileResult
 # launch expressions and their errors as the cuda target has them: the same rules, the same messages
 from ksearch.targets.cuda_launch import Expr, PlanError, _int, field_errors

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from ksearch import config
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.targets.base import CompileResult
 from ksearch.tasks.definition import Definition
 

@@ -1,9 +1,9 @@
 import pytest
 
 from ksearch.eval.evaluator import EvalConfig, Evaluator
-from ksearch.eval.protocol import TimingPlan
-from ksearch.eval.records import Candidate
-from ksearch.eval.sandbox import Policy
+from ksearch.protocol import TimingPlan
+from ksearch.records import Candidate
+from ksearch.jail.sandbox import Policy
 from ksearch.tasks import load_task
 
 QUICK = TimingPlan(warmup=1, min_repeats=5, max_repeats=8, min_time_s=0.0, max_time_s=1.0, flush_bytes=1 << 20)

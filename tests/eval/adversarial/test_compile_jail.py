@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.eval import compile_jail
-from ksearch.eval.compile_jail import CompilePolicy
-from ksearch.eval.records import Candidate, Status
+from ksearch.jail import compile_jail
+from ksearch.jail.compile_jail import CompilePolicy
+from ksearch.records import Candidate, Status
 from ksearch.knowledge import load_pack
 from ksearch.targets.cpu import CpuTarget
 from ksearch.tasks import load_task

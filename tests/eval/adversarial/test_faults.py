@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.eval.records import Status
+from ksearch.records import Status
 
 from . import hostile as k
 from .conftest import cand

@@ -5,7 +5,7 @@ shows; each caught with the rule that names it, honest kernels beside them passi
 import pytest
 
 from ksearch.eval import static_checks as sc
-from ksearch.eval.records import Candidate
+from ksearch.records import Candidate
 from ksearch.targets.cpu import CpuTarget
 from ksearch.tasks import load_task
 

@@ -2,7 +2,7 @@
 
 Each worker runs ``python -m ksearch.eval.worker '<policy>'`` in a new session (so its whole process group can
 be killed), with a scrubbed environment (a whitelist: PATH, locale and OpenMP variables; HOME and TMPDIR in
-its own directory) and the sandbox of `ksearch.eval.jail`: new user, mount, network, PID and IPC namespaces
+its own directory) and the sandbox of `ksearch.jail.jail`: new user, mount, network, PID and IPC namespaces
 where the system allows them, a read-only file system except its home (a size-limited tmpfs) and the output
 files, the invoking user's home hidden, no capabilities, a seccomp filter (no new processes, exec, sockets or
 ptrace) and resource limits. Requests wait on a deadline; on expiry the process group is killed (and with
@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 
 from ksearch import config
 from ksearch.errors import WorkerError
-from ksearch.eval.jail_fs import DEVICES
+from ksearch.jail.jail_fs import DEVICES
 
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES")
 _GPU_ENV = ("CUDA_PATH", "CUDA_HOME", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",

@@ -1,4 +1,4 @@
-"""The file system a jailed process sees (step 2 of `ksearch.eval.jail`): a new root holding only what its
+"""The file system a jailed process sees (step 2 of `ksearch.jail.jail`): a new root holding only what its
 policy names, or the host's tree read-only with the user's home hidden. Runs in the namespace's init (PID 1,
 with capabilities over the new mount namespace); standard library only, everything imported up front (the
 compile jail's new root holds no interpreter)."""

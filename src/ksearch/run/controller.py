@@ -20,8 +20,8 @@ from pydantic import BaseModel, Field, ValidationError
 from ksearch import __version__
 from ksearch.errors import KnowledgeError, LLMError, SearchError, StoreError
 from ksearch.eval.evaluator import EvalConfig, Evaluator
-from ksearch.eval.protocol import TimingPlan
-from ksearch.eval.records import Candidate, Evaluation, Status
+from ksearch.protocol import TimingPlan
+from ksearch.records import Candidate, Evaluation, Status
 from ksearch.eval.timing import Reference
 from ksearch.llm.settings import LLMSettings
 from ksearch.proposers.base import Proposer

@@ -2,7 +2,7 @@
 system, no privileges.
 
 `enter` runs first in ``python -m ksearch.eval.worker``, single-threaded, with the policy the controller gave
-on the command line (see `sandbox.Policy`); `launch` is the compile jail's launcher (`ksearch.eval.compile_jail`),
+on the command line (see `sandbox.Policy`); `launch` is the compile jail's launcher (`ksearch.jail.compile_jail`),
 which enters the jail and then execs the compiler. Linux only;
 every step that the system refuses is skipped and reported, never fatal. What it does, in order:
 
@@ -42,7 +42,7 @@ import resource
 import struct
 import sys
 
-from ksearch.eval.jail_fs import check, file_system, libc, write_file
+from ksearch.jail.jail_fs import check, file_system, libc, write_file
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -358,14 +358,14 @@ def enter(policy: dict) -> dict:
 
 
 def launch(args: list[str]) -> int:
-    """The compile jail's launcher (`ksearch.eval.compile_jail.LAUNCHER`): ``args`` are ``'<policy JSON>'
+    """The compile jail's launcher (`ksearch.jail.compile_jail.LAUNCHER`): ``args`` are ``'<policy JSON>'
     <report fd> -- <exe> <argv0> <args...>``. Enters the jail, writes the report (JSON) to the descriptor and
     execs ``exe`` with ``argv0 args...``. This module and `jail_fs` import only the standard library, all of
     it before the new root hides the interpreter. Returns 127 (after a line on stderr) when the exec fails."""
     import json
 
     if len(args) < 5 or args[2] != "--":
-        print("usage: python -m ksearch.eval.jail '<policy JSON>' <report fd> -- <exe> <argv0> [args...]",
+        print("usage: python -m ksearch.jail.jail '<policy JSON>' <report fd> -- <exe> <argv0> [args...]",
               file=sys.stderr)
         return 2
     policy, report_fd, exe, argv = json.loads(args[0]), int(args[1]), args[3], args[4:]

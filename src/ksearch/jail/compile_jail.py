@@ -2,7 +2,7 @@
 
 The controller (`run`) starts ``python -S -P -E -c LAUNCHER '<policy JSON>' <fd> -- <exe> <argv...>`` in a new
 session with a scrubbed environment (no site-packages, no PYTHON* variables: `LAUNCHER` imports only
-`ksearch.eval.jail` and the standard library); the launcher (`jail.launch`) enters `jail.enter` with the
+`ksearch.jail.jail` and the standard library); the launcher (`jail.launch`) enters `jail.enter` with the
 compile's policy, writes the report to ``<fd>`` and execs the compiler, which runs inside:
 
 - new user, mount, network, PID and IPC namespaces (as the worker's, where the system allows them);
@@ -37,14 +37,14 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ksearch import config
-from ksearch.eval.sandbox import LOADER_ETC, SYSTEM_PATHS
+from ksearch.jail.sandbox import LOADER_ETC, SYSTEM_PATHS
 
 #: what of /etc a toolchain reads besides the loader's files (Debian's alternatives: cc -> gcc-12; clang's
 #: configuration files)
 TOOLCHAIN_ETC = ("/etc/alternatives", "/etc/clang")
 #: the launcher's code (``python -S -P -E -c``: no site-packages, no PYTHON* variables, no current directory on
 #: the module path; only ksearch's own root is added, and only `jail` and the standard library are imported)
-LAUNCHER = ("import sys; sys.path.insert(0, %r); from ksearch.eval.jail import launch; sys.exit(launch(sys.argv[1:]))"
+LAUNCHER = ("import sys; sys.path.insert(0, %r); from ksearch.jail.jail import launch; sys.exit(launch(sys.argv[1:]))"
             % str(Path(__file__).resolve().parents[2]))
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "LC_MESSAGES", "SOURCE_DATE_EPOCH")
 #: words in a compiler's message that mean a limit of the jail stopped it, and which limit

@@ -144,7 +144,7 @@ class Evaluation(BaseModel):
     infra_faults: list[str] = Field(default_factory=list)
     #: seconds spent waiting for a busy machine to quieten before timing
     waited_s: float | None = None
-    #: what the sandbox enforced on the worker (see `ksearch.eval.jail.enter`); empty when none ran
+    #: what the sandbox enforced on the worker (see `ksearch.jail.jail.enter`); empty when none ran
     sandbox: dict[str, Any] = Field(default_factory=dict)
     timestamp: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
 

@@ -17,12 +17,12 @@ from pathlib import Path
 from ksearch.errors import SearchError, StoreError, TaskError
 from ksearch.eval.baselines import BaselineNotForTarget, BaselineUnavailable, time_baseline
 from ksearch.eval.evaluator import EvalConfig, Evaluator
-from ksearch.eval.records import Evaluation, Status
+from ksearch.records import Evaluation, Status
 from ksearch.eval.timing import Reference
 from ksearch.hardware.cache import spec_for_run
 from ksearch.proposers.base import get_proposer
 from ksearch.report.summary import final_summary
-from ksearch.search.controller import Controller, RunConfig, environment, run_config
+from ksearch.run.controller import Controller, RunConfig, environment, run_config
 from ksearch.store.db import Store
 from ksearch.store.runs import new_run_id, open_run, run_dir
 from ksearch.targets import get_target

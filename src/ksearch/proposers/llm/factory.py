@@ -37,7 +37,7 @@ def build_llm_proposer(task, target: str, hardware, settings: LLMSettings, store
     from ksearch.llm.backends import make_backend
     from ksearch.llm.client import Budget, LLMClient
     from ksearch.llm.prices import Prices
-    from ksearch.proposers.llm import LLMProposer
+    from ksearch.proposers.llm.proposer import LLMProposer
 
     prices = Prices.load(settings.prices_file)
     if settings.max_cost_usd is not None:  # refused here, before a run exists, not at its first call

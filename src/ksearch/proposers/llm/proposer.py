@@ -1,7 +1,7 @@
 """The ``llm`` proposer: a planner model edits the world model, a coder model writes the kernels.
 
 The planner answers every question with one JSON array of edit records (`ksearch.search.edits`: insert,
-update, split, delete, tagged by ``op``). The proposer parses the array (`ksearch.llm.parse`), validates it by
+update, split, delete, tagged by ``op``). The proposer parses the array (`ksearch.proposers.llm.parse`), validates it by
 applying it to the current tree (`ksearch.search.edits.apply`, edit by edit), and when the reply does not parse
 or some edits are rejected it sends the reply back in the same conversation with one line per problem, up to
 ``max_fix_rounds`` times; the planner answers with the whole corrected array each time. Only edits that
@@ -18,7 +18,7 @@ Planner calls (``purpose`` of `LLMClient.ask`):
   same way (delete), or retry with a fix (an insert whose payload says ``{"retry_of": "<failed id>"}``).
 - ``plan:expand``: when no open action can be tried (the controller found the frontier empty or cooling).
 
-Coder calls (one per `propose`, the kernel taken from the reply exactly as written, `ksearch.llm.parse`):
+Coder calls (one per `propose`, the kernel taken from the reply exactly as written, `ksearch.proposers.llm.parse`):
 
 - ``code:first``: the parent's kernel plus the node's action;
 - ``code:debug``: the node failed (a later attempt at it) or its payload has ``retry_of`` naming a failed node:
@@ -49,11 +49,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ksearch.errors import ConfigError, KnowledgeError, TaskError
-from ksearch.eval.records import Candidate, Evaluation, Status
-from ksearch.llm import context as ctx
+from ksearch.records import Candidate, Evaluation, Status
+from ksearch.proposers.llm import context as ctx
 from ksearch.llm import untrusted
 from ksearch.llm.base import LLMReply, Message, is_truncated
-from ksearch.llm.parse import SOURCE_LANGS, Edit, ReplyError, check_edits, extract_code, extract_json_array
+from ksearch.proposers.llm.parse import SOURCE_LANGS, Edit, ReplyError, check_edits, extract_code, extract_json_array
 from ksearch.search.edits import Delete, Insert, Split, Update, apply
 from ksearch.search.strategy import SearchState, StrategyConfig, decide, revise
 from ksearch.search.worldmodel import ROOT_ID, Node, NodeStatus, Tree
@@ -93,7 +93,7 @@ class LLMProposer:
         planner, coder: objects with ``ask(role, purpose, messages, *, model, max_tokens, node_id)`` returning
             an `LLMReply` (the same client twice is fine).
         planner_model, coder_model: model names passed to ``ask``.
-        context: none | hardware | full (what the prompts carry; `ksearch.llm.context`).
+        context: none | hardware | full (what the prompts carry; `ksearch.proposers.llm.context`).
         max_fix_rounds: times a reply that does not parse or validate is sent back with its errors.
         evidence: where failed kernels and their evaluations are read (the run's Store, or anything with
             ``candidate(id)`` and ``evaluation_of(id)``); None: only what this proposer made in this process.
