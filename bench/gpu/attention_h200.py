@@ -482,7 +482,7 @@ def copy_ms(nbytes: float, timer, device: str = "cuda", reps: int = 30) -> float
     a = torch.ones(n, dtype=torch.float32, device=device)
     b = torch.empty_like(a)
     t = timer(lambda: b.copy_(a), reps=reps, warmup=2)
-    del a, b
+    a = b = None  # the device memory back before the next size
     return t["median_ms"]
 
 
@@ -639,7 +639,6 @@ def check_impls(name, task, checks, impls, device, say) -> dict:
     import numpy as np
     import torch
     from ksearch.tasks.inputs import make_inputs
-    from ksearch.tasks.reference import run_reference
 
     d = task.definition
     kdt = task_dtype(d)

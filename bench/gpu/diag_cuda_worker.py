@@ -3,7 +3,6 @@ each of its resource limits, one at a time, then the cuda target in-process. Run
     PYTHONPATH=src python3 bench/gpu/diag_cuda_worker.py
 """
 
-import os
 import resource
 import subprocess
 import sys

@@ -219,11 +219,11 @@ def main(argv=None) -> int:
     Ls = [int(x) for x in args.Ls.split(",") if x.strip()]
     dtype = getattr(mx, args.dtype)
     if args.scan:
-        scan, input_dtypes = load_scan(args.scan)
+        _scan, input_dtypes = load_scan(args.scan)  # loaded here to fail early; the children load it again
         scan_label = f"{Path(args.scan).name} (exported kernel module)"
         scan_arg = args.scan
     else:
-        scan, input_dtypes, scan_arg = reference_scan, {}, reference_scan
+        input_dtypes, scan_arg = {}, reference_scan
         scan_label = "reference_scan (pure MLX ops, ksearch.integrations.mlx_scan; no custom kernel)"
     dev = device_info()
     print(f"device: {dev}\nscan: {scan_label}\nmodel: mamba-370m-shaped, {args.layers} layers, vocab {args.vocab}, "

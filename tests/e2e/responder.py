@@ -37,7 +37,6 @@ class Responder:
         system = next((m["content"] for m in messages if m["role"] == "system"), "")
         user = [m["content"] for m in messages if m["role"] == "user"]
         fixing = any(m["role"] == "assistant" for m in messages)
-        last = user[-1] if user else ""
         first = user[0] if user else ""
         if "You are the coder" in system:
             k = self._bump("code")

@@ -55,7 +55,7 @@ def test_seccomp_program_is_well_formed():
     prog = jail._seccomp_program(1234)
     assert len(prog) % 8 == 0 and len(prog) // 8 < 4096
     ins = [struct.unpack("=HBBI", prog[i:i + 8]) for i in range(0, len(prog), 8)]
-    for at, (code, jt, jf, k) in enumerate(ins):
+    for at, (code, jt, jf, _k) in enumerate(ins):
         if code & 0x07 == 0x05:  # a jump: both targets inside the program
             assert at + 1 + max(jt, jf) < len(ins)
     assert ins[-1] == (0x06, 0, 0, 0x00050000 | 1)  # deny = EPERM

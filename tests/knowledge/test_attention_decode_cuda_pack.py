@@ -163,7 +163,7 @@ def test_every_distinct_source_compiles_under_nvrtc(pack):
     # capped warps 8 at 64 registers and unroll 4 and 8 at 128 (112-900 spilled bytes with 4-byte loads: ptxas -v on
     # the renders of commit 7dd3c41's template), now it leaves them out
     spills, read = {}, 0
-    for job, (ok, log) in zip(jobs.values(), results):
+    for job, (_ok, log) in zip(jobs.values(), results):
         for fn, stores in re.findall(r"Compiling entry function '(\S+)'.*?(\d+) bytes spill stores", log, re.S):
             read += "ILi128ELi4E" in fn
             if "ILi128ELi4E" in fn and int(stores):

@@ -104,7 +104,7 @@ def interpreter():
     worker process for the module. Skips without torch or triton, or where the interpreter cannot run."""
     for send in interpreter_worker(WORKER, {"source": load_task(TASK).naive_sources["triton"],
                                             "shapes": SMALL[1:2]}):
-        def check(source: str, shapes) -> dict:
+        def check(source: str, shapes, send=send) -> dict:
             out = send({"source": source, "shapes": shapes})
             assert "error" not in out, out["error"]
             return out["excess"]

@@ -130,7 +130,7 @@ def interpreter():
     one worker process for the module. Skips without torch or triton, or where the interpreter cannot run."""
     for send in interpreter_worker(WORKER, {"source": load_task("attention-prefill").naive_sources["triton"],
                                             "task": "attention-prefill", "shapes": SMALL[2:]}):
-        def check(source: str, task: str, shapes) -> dict:
+        def check(source: str, task: str, shapes, send=send) -> dict:
             out = send({"source": source, "task": task, "shapes": shapes})
             assert "error" not in out, out["error"]
             return out["excess"]

@@ -51,7 +51,7 @@ def test_families_render_with_launch_plans(packdef):
         src = k.sources["kernel.cu"]
         assert "#include <cuda_fp16.h>" in src and "<stdio.h>" not in src
         (launch,) = k.launch["launches"]
-        assert f'extern "C" __global__' in src and launch["kernel"] in src
+        assert 'extern "C" __global__' in src and launch["kernel"] in src
         assert launch["args"] == ABI
         assert 1 <= len(launch["grid"]) <= 3 and 1 <= len(launch["block"]) <= 3
         assert k.content_hash != pack.render(definition, {"family": "naive"}).content_hash or choices == {"family": "naive"}

@@ -198,7 +198,7 @@ def test_what_mlx_compiles_compiles_with_nvcc(tmp_path):
     (compile only: no GPU here); a body with an undefined name does not compile."""
     task, kernels = pack_kernels("selective-scan-fp16")
     firsts = {}
-    for path, knobs, k in kernels:
+    for path, _knobs, k in kernels:
         firsts.setdefault(path["family"], k)
     cands = [naive("mlx-cuda", task)] + [Candidate(target="mlx-cuda", sources=k.sources, launch=k.launch)
                                          for k in firsts.values()]
