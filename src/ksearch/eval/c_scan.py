@@ -141,7 +141,10 @@ def file_scope_blocks(code: str) -> list[tuple[int, int, str, str]]:
     walked into: what they hold counts as file scope. ``head`` is the text between the previous ``;``/``}``/``{``
     at that level and the block; the name is "" when the head is not a function signature. A block never closed
     (unbalanced source) runs to the end of the code."""
-    blocks, depth, start, transparent, opened = [], 0, 0, [], None
+    blocks: list[tuple[int, int, str, str]] = []
+    transparent: list[int] = []
+    depth, start = 0, 0
+    opened: tuple[int, int] | None = None  # (index in blocks, depth) of the file-scope block open now
     for m in re.finditer(r"[{};]", code):
         ch = m.group()
         if ch == "{":
@@ -178,5 +181,6 @@ def defined_functions(code: str) -> list[tuple[int, str]]:
     for brace, _, head, name in file_scope_blocks(code):
         if name and "=" not in head.split("(")[0]:
             fn = _HEAD_RE.search(head.rstrip())
-            out.append((code.count("\n", 0, brace - len(head) + fn.start()) + 1, name))
+            at = fn.start() if fn else 0
+            out.append((code.count("\n", 0, brace - len(head) + at) + 1, name))
     return out

@@ -49,8 +49,8 @@ def draw_hidden_workloads(definition: Definition, seed: int, n: int, public: lis
     out: list[Workload] = []
     for i in range(n):
         for _ in range(tries):
-            axes = {name: _log_uniform(rng, lo, hi) for name, (lo, hi) in ranges.items()}
-            axes = _shrink(definition, axes, ranges, max_bytes)
+            drawn = {name: _log_uniform(rng, lo, hi) for name, (lo, hi) in ranges.items()}
+            axes = _shrink(definition, drawn, ranges, max_bytes)
             if axes is None or tuple(sorted(axes.items())) in shown:
                 continue
             key = tuple(sorted(axes.items()))

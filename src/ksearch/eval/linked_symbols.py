@@ -35,6 +35,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -217,12 +218,13 @@ def read_elf(path: Path) -> ElfFacts:
         dyn = symbols_of(dynsym) if isinstance(dynsym, SymbolTableSection) else []
         facts.ifuncs = sorted({s.name or hex(s.value) for s in facts.symbols + dyn if s.type == "STT_GNU_IFUNC"})
 
-        versions: dict[int, tuple[str, str]] = {}
+        versions: dict[int, tuple[str, str | None]] = {}
         versym = None
         for sec in sections:
             if isinstance(sec, GNUVerNeedSection):
                 for need, auxes in sec.iter_versions():
-                    facts.version_files.add(need.name)
+                    if need.name:
+                        facts.version_files.add(need.name)
                     for aux in auxes:
                         versions[aux["vna_other"]] = (aux.name, need.name)
             elif isinstance(sec, GNUVerSymSection):
@@ -238,7 +240,7 @@ def read_elf(path: Path) -> ElfFacts:
                     continue
                 ndx = versym.get_symbol(i)["ndx"] if versym is not None else 0
                 ver, lib = versions.get(ndx & 0x7FFF, ("", "")) if isinstance(ndx, int) else ("", "")
-                facts.undefined.append((sym.name, ver, lib))
+                facts.undefined.append((sym.name, ver, lib or ""))
 
         relocs: dict[int, tuple[int, int, int]] = {}  # offset -> (type, symbol index, addend)
         reloc_symtab = dynsym
@@ -256,7 +258,7 @@ def read_elf(path: Path) -> ElfFacts:
                 for tag in sec.iter_tags():
                     t = tag.entry.d_tag
                     if t == "DT_NEEDED":
-                        facts.needed.append(tag.needed)
+                        facts.needed.append(tag.needed)  # type: ignore[attr-defined]  # pyelftools sets it
                     elif t in ("DT_RPATH", "DT_RUNPATH", "DT_AUDIT", "DT_DEPAUDIT", "DT_FILTER", "DT_AUXILIARY"):
                         value = getattr(tag, t[3:].lower(), None) or str(tag.entry.d_val)
                         facts.search_tags.append((t, str(value)))
@@ -290,7 +292,7 @@ def read_elf(path: Path) -> ElfFacts:
                     fh.seek(off)
                     data = fh.read(size)
                     break
-            order = "little" if elf.little_endian else "big"
+            order: Literal["little", "big"] = "little" if elf.little_endian else "big"
             return [int.from_bytes(data[i:i + word], order) for i in range(0, len(data) - word + 1, word)]
 
         for array in ("init_array", "fini_array", "preinit_array"):
@@ -354,9 +356,9 @@ def check(policy: SymbolPolicy, facts: ElfFacts, candidate, rules, target: str) 
     for name in dict.fromkeys(facts.exported):
         if name.startswith("_Z"):  # C++: template and inline members the kernel instantiated are its own copies
             continue
-        family = next((f for f in policy.symbols + policy.refused if f.regex.fullmatch(name)), None)
-        if family is not None:
-            what = (family.family, family.why)
+        known = next((f for f in policy.symbols + policy.refused if f.regex.fullmatch(name)), None)
+        if known is not None:
+            what = (known.family, known.why)
         else:
             rule = next((r for r in rules if r.view == "code" and (r.pattern or r.names) and r.regex.fullmatch(name)),
                         None)
@@ -373,7 +375,7 @@ def check(policy: SymbolPolicy, facts: ElfFacts, candidate, rules, target: str) 
         counts: Counter[str] = Counter()
         for entry in facts.arrays.get(array, []):
             problem = _not_startup(entry, own, facts.has_symtab)
-            if problem is None:
+            if problem is None and isinstance(entry, Symbol):  # a start-up function is a named symbol
                 counts[entry.name] += 1
                 if entry.name not in allowed_calls:
                     problem = f"the function {entry.name!r}"
@@ -398,8 +400,8 @@ def check(policy: SymbolPolicy, facts: ElfFacts, candidate, rules, target: str) 
     for legacy in sorted(facts.section_names & {".ctors", ".dtors", ".preinit_array"}):
         add("load-time-code", f"the built library has a {legacy} section", _LOAD_WHY)
     if facts.ifuncs or facts.irelative:
-        what = ", ".join(repr(n) for n in facts.ifuncs[:4]) or f"{facts.irelative} IRELATIVE relocation(s)"
-        add("load-time-code", f"the built library has IFUNC symbols ({what})",
+        listed = ", ".join(repr(n) for n in facts.ifuncs[:4]) or f"{facts.irelative} IRELATIVE relocation(s)"
+        add("load-time-code", f"the built library has IFUNC symbols ({listed})",
             "an IFUNC resolver runs when the library loads (ifunc, target_clones); -march=native already "
             "targets this machine")
 
