@@ -29,6 +29,12 @@ class KernelRejected(TargetError):
     patched clock or stream); the message says what. Reported as REJECTED."""
 
 
+class UnsupportedOp(TargetError):
+    """A runner was asked for what its clock does not do (``prepare``/``go`` of a runner on the device's clock, a
+    timed block of one on the controller's: `ksearch.targets.base.Runner`), or out of order (``go`` before
+    ``prepare``). The judge's fault, not the candidate's; the message names the runner and the op."""
+
+
 class HardwareError(KsearchError):
     """The hardware spec could not be detected, measured or loaded."""
 
