@@ -1,4 +1,5 @@
-"""Records that cross process boundaries or are saved: candidates and their evaluations.
+"""Records that cross process boundaries or are saved: candidates and their evaluations, what a run's final stage
+measured and the report made of it.
 
 A candidate is content-addressed: its id is the hash of target + sources + entry point + compile flags +
 launch plan, which is the compile-cache key, the store key and the dedup key.
@@ -8,11 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 
 class Status(str, Enum):
@@ -154,3 +156,180 @@ class Evaluation(BaseModel):
     def paired_with(self, role: str) -> Paired | None:
         """The summary comparison with the reference of this role, or None."""
         return next((p for p in self.paired if p.role == role and p.ratio is not None), None)
+
+
+# -- the final stage: what it measured (saved) and the report made of it (saved, printed, `--json`) ------------
+
+
+class HiddenWorkloads(BaseModel):
+    """The best kernel checked on workloads it never saw (sizes drawn with a secret seed, no larger than the run's
+    check workloads): ``axes``, one mapping of axis name to size per drawn workload (empty when none could be
+    drawn); ``evaluation``, the judge's verdict on them (untimed; SKIPPED with the reason when none were drawn)."""
+
+    axes: list[dict[str, int]] = Field(default_factory=list)
+    evaluation: Evaluation
+
+
+class FinalMeasurements(BaseModel):
+    """What the final stage of a run measured, side by side on fresh inputs (saved in the run store as the
+    ``final`` baseline; a second finish of the same best kernel reuses it).
+
+    ``naive``: the naive kernel on the bench workloads; ``best``: the best kernel, timed beside the naive kernel
+    (its status is its final verdict: fresh inputs, then the hidden workloads), None without a best kernel;
+    ``hidden``: its check on hidden workloads (with ``best`` only); ``reference``: workload name -> the
+    reference baseline's timing (``reference_name``; empty when no baseline runs here); ``reference_notes``:
+    baselines skipped and why, workloads the timed one failed.
+
+    Raises (on validation) ValueError when ``best``, ``best_candidate_id`` and ``hidden`` disagree.
+    """
+
+    best_candidate_id: str | None = None
+    naive: Evaluation
+    best: Evaluation | None = None
+    hidden: HiddenWorkloads | None = None
+    reference: dict[str, WorkloadResult] = Field(default_factory=dict)
+    reference_name: str = "reference"
+    reference_notes: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _best_agrees(self) -> FinalMeasurements:
+        if (self.best is None) != (self.best_candidate_id is None):
+            raise ValueError(f"best_candidate_id is {self.best_candidate_id!r} but the best kernel's evaluation is "
+                             f"{'missing' if self.best is None else 'there'}")
+        if self.best is not None and self.best.candidate_id != self.best_candidate_id:
+            raise ValueError(f"the best kernel's evaluation is of candidate {self.best.candidate_id!r}, not "
+                             f"best_candidate_id {self.best_candidate_id!r}")
+        if self.hidden is not None and self.best is None:
+            raise ValueError("hidden workloads checked without a best kernel")
+        return self
+
+
+class WorkloadTimes(BaseModel):
+    """One bench workload's row of the final report: times are medians in ms from the final side-by-side
+    measurement; None where there is nothing to say (no best kernel, no reference baseline, no roofline floor).
+
+    ``speedup_vs_naive``: naive time / best time, the paired ratio where the best kernel was timed beside the naive
+    kernel (else the two medians' ratio), with ``speedup_vs_naive_interval`` its (lo, hi) interval (None: unbounded
+    or not paired); ``best_spread``: (p75 - p25) / median of the best kernel's repeats; ``load_cores``: CPU cores
+    busy with other processes while it was timed; ``speedup_vs_reference``: reference ms / best ms;
+    ``pct_of_floor``, ``naive_pct_of_floor``: 100 * floor / median (100 = at the roofline floor, ``floor_ms``,
+    bounded by ``bound``: memory | compute | exp).
+    """
+
+    name: str
+    naive_ms: float
+    best_ms: float | None = None
+    reference_ms: float | None = None
+    speedup_vs_naive: float | None = None
+    speedup_vs_naive_interval: tuple[float, float] | None = None
+    best_spread: float | None = None
+    load_cores: float | None = None
+    speedup_vs_reference: float | None = None
+    pct_of_floor: float | None = None
+    naive_pct_of_floor: float | None = None
+    floor_ms: float | None = None
+    bound: str | None = None
+
+
+class HiddenVerdict(BaseModel):
+    """The best kernel's result on the hidden workloads: the judge's ``status`` and ``message`` over them, and
+    their ``axes`` (one mapping of axis name to size per workload; empty when none could be drawn)."""
+
+    status: Status
+    message: str = ""
+    axes: list[dict[str, int]] = Field(default_factory=list)
+
+
+class FinalReport(BaseModel):
+    """A finished run's report: the object `ksearch run --json` prints, the final table's rows, and what the run
+    store keeps (`ksearch.store.db.Store.put_report`). Built by `FinalReport.build`, rendered by
+    `ksearch.report.summary`.
+
+    ``status``: the run's (finished, interrupted, ...); ``evaluations``: candidates judged; ``best_source``: the
+    best kernel's first source file under the run directory's ``best/`` (None without a best kernel or where the
+    report is rebuilt from the store); ``reference_baseline``: the name of the baseline timed as the reference;
+    ``workloads``: one row per bench workload the naive kernel was timed on. With a best kernel: ``best_status``
+    and ``best_message``, its final verdict (fresh inputs, then the hidden workloads), and ``hidden_workloads``
+    (when they were checked). ``reference_notes``: baselines skipped and why, workloads the baseline failed.
+
+    Serialized (``model_dump``, ``model_dump_json``) without ``best_status`` and ``best_message`` when there is no
+    best kernel, ``reference_notes`` when empty and ``hidden_workloads`` when None, as the summary always was;
+    ``FinalReport.model_validate`` of that is equal to the report.
+
+    Raises (on validation) ValueError when ``best_status`` and ``best_message`` are not given together, or
+    ``hidden_workloads`` without them.
+    """
+
+    run_id: str
+    task: str
+    target: str
+    status: str
+    evaluations: int = Field(ge=0)
+    best_candidate_id: str | None = None
+    best_node_id: str | None = None
+    best_source: str | None = None
+    reference_baseline: str
+    workloads: list[WorkloadTimes] = Field(default_factory=list)
+    best_status: Status | None = None
+    best_message: str | None = None
+    reference_notes: list[str] = Field(default_factory=list)
+    hidden_workloads: HiddenVerdict | None = None
+
+    @model_validator(mode="after")
+    def _best_verdict_whole(self) -> FinalReport:
+        if (self.best_status is None) != (self.best_message is None):
+            raise ValueError(f"best_status ({self.best_status!r}) and best_message ({self.best_message!r}) go "
+                             "together")
+        if self.hidden_workloads is not None and self.best_status is None:
+            raise ValueError("hidden_workloads without a best kernel's verdict (best_status)")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out = handler(self)
+        if self.best_status is None:
+            out.pop("best_status", None)
+            out.pop("best_message", None)
+        if not self.reference_notes:
+            out.pop("reference_notes", None)
+        if self.hidden_workloads is None:
+            out.pop("hidden_workloads", None)
+        return out
+
+    @classmethod
+    def build(cls, run: Mapping[str, Any], evaluations: int, best_node_id: str | None, final: FinalMeasurements,
+              best_source: str | None = None) -> FinalReport:
+        """The report of a run from its store's row ``run`` (``id``, ``task``, ``target``, ``status``), the number
+        of ``evaluations``, the best node's id and the final stage's measurements. A workload the naive kernel was
+        not timed on has no row.
+
+        Raises:
+            KeyError: ``run`` lacks one of its four keys.
+        """
+        best = final.best
+        rows = []
+        for r in final.naive.workloads:
+            if r.median_ms is None:
+                continue
+            b = best.result(r.workload) if best else None
+            ref = final.reference.get(r.workload)
+            ref_ms = ref.median_ms if ref else None
+            best_ms = b.median_ms if b else None
+            paired = next((p for p in b.paired if p.role == "naive" and p.ratio), None) if b else None
+            rows.append(WorkloadTimes(
+                name=r.workload, naive_ms=r.median_ms, best_ms=best_ms, reference_ms=ref_ms,
+                # timed beside the naive kernel (paired rounds) where it was; else the two medians' ratio
+                speedup_vs_naive=paired.ratio if paired else (r.median_ms / best_ms) if best_ms else None,
+                speedup_vs_naive_interval=(paired.lo, paired.hi) if paired and paired.lo and paired.hi else None,
+                best_spread=b.spread if b else None, load_cores=b.load_cores if b else None,
+                speedup_vs_reference=(ref_ms / best_ms) if best_ms and ref_ms else None,
+                pct_of_floor=b.pct_of_floor if b else None, naive_pct_of_floor=r.pct_of_floor,
+                floor_ms=r.floor_ms, bound=r.bound))
+        hidden = final.hidden
+        return cls(run_id=run["id"], task=run["task"], target=run["target"], status=run["status"],
+                   evaluations=evaluations, best_candidate_id=final.best_candidate_id, best_node_id=best_node_id,
+                   best_source=best_source, reference_baseline=final.reference_name, workloads=rows,
+                   best_status=best.status if best else None, best_message=best.message if best else None,
+                   reference_notes=list(final.reference_notes),
+                   hidden_workloads=HiddenVerdict(status=hidden.evaluation.status, message=hidden.evaluation.message,
+                                                  axes=hidden.axes) if hidden is not None else None)

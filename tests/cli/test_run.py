@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from ksearch.records import FinalReport
+from ksearch.store.runs import open_run
 from tests.conftest import fresh_home
 
 ARGS = ["run", "selective-scan", "-w", "tiny,small-b2", "--budget", "5", "--seed", "3"]
@@ -66,6 +68,13 @@ def test_run_json_summary_and_show(env, tmp_path):
         assert text.startswith("/*") or "void run" in text
     listing = json.loads(ksearch("runs", "list", "--json", env=env).stdout)
     assert listing[0]["id"] == s["run_id"] and listing[0]["evaluations"] == 5
+    # the run keeps the report it printed: the same record, and the same JSON
+    store = open_run(os.path.join(env["KSEARCH_HOME"], "runs", s["run_id"]))  # its directory: another home
+    try:
+        kept = store.report()
+    finally:
+        store.close()
+    assert kept == FinalReport.model_validate(s) and kept.model_dump(mode="json") == s
     shown = ksearch("show", s["run_id"][:-2], env=env)  # a unique prefix is enough
     assert shown.returncode == 0 and "naive" in shown.stdout
     if s["best_source"] is not None:  # without one the root (the naive kernel) carries the star

@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 from ksearch.errors import KsearchError, StoreError
+from ksearch.records import Status
 from ksearch.run.controller import RunConfig
 from ksearch.run.session import Session
 from ksearch.store.db import Store
@@ -81,7 +82,7 @@ def test_reference_timings_skip_a_baseline_that_does_not_load_and_keep_one_that_
     said: list[str] = []
     task = dataclasses.replace(task, baseline_sources={"broken": "1 / 0\n", "fails": fails, "ok": real})
     name, reference, notes = reference_timings(task, ["tiny"], 0, said.append)
-    assert name == "fails" and reference["tiny"]["status"] == "RUNTIME_ERROR", reference
+    assert name == "fails" and reference["tiny"].status is Status.RUNTIME_ERROR, reference
     assert any(n.startswith("baseline broken skipped") for n in notes)  # the summary says why, not only progress
     assert any(n.startswith("baseline fails on tiny: RUNTIME_ERROR") and "out of memory" in n for n in notes), notes
     assert any("broken skipped" in s and "ZeroDivisionError" in s for s in said), said

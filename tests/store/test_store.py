@@ -74,6 +74,8 @@ def _store_with_a_step(path):
     ("UPDATE candidates SET candidate_json = '[]'", lambda s, c: s.candidate(c.id)),
     ("UPDATE runs SET config_json = '[1]'", lambda s, c: s.run()),
     ("UPDATE baselines SET result_json = 'nan nan'", lambda s, c: s.baseline("final")),
+    ("SELECT 1", lambda s, c: s.final()),  # {"x": 1}: not the final stage's measurements
+    ("INSERT INTO reports VALUES ('final', 'then', '{\"run_id\": \"r1\"}')", lambda s, c: s.report()),
 ])
 def test_reads_of_a_damaged_store_are_store_errors(tmp_path, damage, read):
     c = _store_with_a_step(tmp_path / "r.sqlite")
@@ -164,3 +166,46 @@ def test_a_store_from_before_the_llm_table_is_migrated(tmp_path):
     s = Store(path)
     s.record_llm_call(_call())
     assert len(s.llm_calls()) == 1
+
+
+def _report():
+    from ksearch.records import FinalMeasurements, FinalReport, WorkloadResult
+
+    naive = Evaluation(candidate_id="n", task="t", target="cpu", status=Status.PASSED,
+                       workloads=[WorkloadResult(workload="w", status=Status.PASSED, median_ms=2.0)])
+    best = Evaluation(candidate_id="c", task="t", target="cpu", status=Status.PASSED,
+                      workloads=[WorkloadResult(workload="w", status=Status.PASSED, median_ms=0.5)])
+    final = FinalMeasurements(best_candidate_id="c", naive=naive, best=best, reference_notes=["a note"])
+    run = {"id": "r1", "task": "t", "target": "cpu", "status": "finished"}
+    return final, FinalReport.build(run, 3, "n1", final, "/k.c")
+
+
+def test_the_final_measurements_and_report_are_kept_as_made(tmp_path):
+    s = Store(tmp_path / "r.sqlite", create=True)
+    s.create_run("r1", "t", "cpu", {}, {}, None)
+    assert s.final() is None and s.report() is None
+    final, report = _report()
+    s.put_final(final)
+    s.put_report(report)
+    s.put_report(report)  # a second finish replaces the first's
+    s.close()
+    again = Store(tmp_path / "r.sqlite")
+    assert again.final() == final and again.report() == report
+    assert again.baseline("final") == final.model_dump(mode="json")  # what `ksearch show --json` prints
+
+
+def test_a_store_from_before_the_reports_table_is_migrated(tmp_path):
+    from ksearch.store import db as dbmod
+
+    path = tmp_path / "old.sqlite"
+    old = sqlite3.connect(path, isolation_level=None)
+    old.execute("CREATE TABLE migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+    dbmod._m001_initial(old)
+    dbmod._m002_llm_calls(old)
+    old.execute("INSERT INTO migrations VALUES ('001_initial', 'then'), ('002_llm_calls', 'then')")
+    old.close()
+    s = Store(path)
+    assert s.report() is None
+    report = _report()[1]
+    s.put_report(report)
+    assert s.report() == report

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ksearch.cli.options import TIME_LIMIT_HELP, llm_settings, positive_seconds, refuse
 from ksearch.errors import LLMBudgetExhausted, LLMError, LLMUnavailable
 from ksearch.llm.settings import infer_backend
+from ksearch.records import FinalReport
 from ksearch.report.summary import decision_path, summary_table, tree_view, verdict_lines
 from ksearch.report.tables import paired_text, wide_console
 from ksearch.run.controller import RunConfig, StepReport
@@ -111,27 +112,27 @@ def _best(c) -> str:
     return "—" if s is None else f"{s:.2f}x ({c.state.best_node_id})"
 
 
-def _print_summary(session: Session, summary: dict, as_json: bool) -> None:
+def _print_summary(session: Session, report: FinalReport, as_json: bool) -> None:
     if as_json:
-        typer.echo(json.dumps(summary, indent=2))
+        typer.echo(json.dumps(report.model_dump(mode="json"), indent=2))
         return
     out = wide_console()
-    out.print(summary_table(summary))
-    for line in verdict_lines(summary):
+    out.print(summary_table(report))
+    for line in verdict_lines(report):
         out.print(line, highlight=False)
     tree = session.controller.tree
-    if summary["best_node_id"]:
+    if report.best_node_id:
         out.print("\n[bold]Path to the best kernel[/]")
-        for line in decision_path(tree, summary["best_node_id"]):
+        for line in decision_path(tree, report.best_node_id):
             out.print("  " + line, highlight=False, markup=False)
-        out.print(f"\nbest kernel source: [bold]{summary['best_source']}[/]")
-    elif summary["evaluations"]:
+        out.print(f"\nbest kernel source: [bold]{report.best_source}[/]")
+    elif report.evaluations:
         out.print("[yellow]no candidate beat the naive kernel[/]")
     else:  # e.g. a model that never answered with edits that validate: say so, not "none beat the naive"
-        calls = f" (its calls: ksearch show {summary['run_id']} --llm)" if session.cfg.proposer == "llm" else ""
+        calls = f" (its calls: ksearch show {report.run_id} --llm)" if session.cfg.proposer == "llm" else ""
         out.print(f"[yellow]no candidate was judged: the proposer gave none to judge{calls}[/]", highlight=False)
-    out.print(f"{summary['evaluations']} evaluations · run {summary['run_id']} · "
-              f"`ksearch show {summary['run_id']}` for the whole tree")
+    out.print(f"{report.evaluations} evaluations · run {report.run_id} · "
+              f"`ksearch show {report.run_id}` for the whole tree")
 
 
 def run_command(
@@ -306,6 +307,14 @@ def show_command(
         evals = store.evaluations()
         final = store.baseline("final")
         calls = store.llm_calls() if llm else None
+        report = None
+        if not as_json and final and final.get("naive"):
+            # the report kept when the run finished; rebuilt from the final measurements for a run finished before
+            # reports were kept (or killed between the two writes)
+            measured, report = store.final(), store.report()
+            if measured is not None and (report is None or report.best_candidate_id != measured.best_candidate_id):
+                node = tree.best() if tree else None
+                report = FinalReport.build(info, len(evals), node.id if node else None, measured)
     finally:
         store.close()
     if as_json:
@@ -334,17 +343,9 @@ def show_command(
         return
     best = tree.best()
     out.print(tree_view(tree, best.id if best else None, show_open))
-    if final and final.get("naive"):
-        from ksearch.records import Evaluation
-        from ksearch.report.summary import final_summary
-
-        summary = final_summary(info, len(evals), best.id if best else None, final.get("best_candidate_id"),
-                                Evaluation.model_validate(final["naive"]),
-                                Evaluation.model_validate(final["best"]) if final.get("best") else None,
-                                final["reference"], final["reference_name"], None, final.get("hidden"),
-                                final.get("reference_notes"))
-        out.print(summary_table(summary))
-        for line in verdict_lines(summary):
+    if report is not None:
+        out.print(summary_table(report))
+        for line in verdict_lines(report):
             out.print(line, highlight=False)
     failures = [(s, n, e) for s, n, e in evals if not e.status.passed]
     if failures:

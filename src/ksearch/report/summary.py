@@ -1,6 +1,7 @@
-"""A finished run's summary: per bench workload, the naive kernel, the best kernel and the Python reference
-baseline measured side by side at the end of the run, with speedups and % of the roofline floor; the path
-of decisions that led to the best kernel; the tree as text."""
+"""A finished run's summary, rendered from its `ksearch.records.FinalReport`: per bench workload, the naive kernel,
+the best kernel and the Python reference baseline measured side by side at the end of the run, with speedups and %
+of the roofline floor; what the final checks said of the best kernel; the path of decisions that led to the best
+kernel; the tree as text."""
 
 from __future__ import annotations
 
@@ -8,79 +9,34 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree as RichTree
 
-from ksearch.records import Evaluation
+from ksearch.records import FinalReport, Status
 from ksearch.search.worldmodel import ROOT_ID, NodeStatus, Tree
 
 
-def final_summary(run: dict, evaluations: int, best_node: str | None, best_candidate: str | None,
-                  naive: Evaluation, best: Evaluation | None, reference: dict[str, dict], reference_name: str,
-                  source_path: str | None, hidden: dict | None = None, reference_notes: list[str] | None = None) -> dict:
-    """The JSON summary of a run (see `ksearch run --json`). Times are medians in ms from the final
-    side-by-side measurement; ``speedup_vs_reference`` is reference ms / best ms. With a best kernel:
-    ``best_status`` and ``best_message``, its final verdict (fresh inputs, then the hidden workloads); with
-    ``hidden`` (``{"axes": [...], "evaluation": {...}}`` as the session stores it): ``hidden_workloads``
-    (status, message, axes); with ``reference_notes``: ``reference_notes`` (baselines skipped and why, workloads the
-    baseline failed)."""
-    rows = []
-    for r in naive.workloads:
-        if r.median_ms is None:
-            continue
-        b = best.result(r.workload) if best else None
-        ref = reference.get(r.workload) or {}
-        best_ms = b.median_ms if b else None
-        paired = next((p for p in b.paired if p.role == "naive" and p.ratio), None) if b else None
-        rows.append({
-            "name": r.workload,
-            "naive_ms": r.median_ms,
-            "best_ms": best_ms,
-            "reference_ms": ref.get("median_ms"),
-            # timed beside the naive kernel (paired rounds) where it was; else the two medians' ratio
-            "speedup_vs_naive": paired.ratio if paired else (r.median_ms / best_ms) if best_ms else None,
-            "speedup_vs_naive_interval": [paired.lo, paired.hi] if paired and paired.lo and paired.hi else None,
-            "best_spread": b.spread if b else None,
-            "load_cores": b.load_cores if b else None,
-            "speedup_vs_reference": (ref["median_ms"] / best_ms) if best_ms and ref.get("median_ms") else None,
-            "pct_of_floor": b.pct_of_floor if b else None,
-            "naive_pct_of_floor": r.pct_of_floor,
-            "floor_ms": r.floor_ms,
-            "bound": r.bound,
-        })
-    out = {"run_id": run["id"], "task": run["task"], "target": run["target"], "status": run["status"],
-           "evaluations": evaluations, "best_candidate_id": best_candidate, "best_node_id": best_node,
-           "best_source": source_path, "reference_baseline": reference_name, "workloads": rows}
-    if best is not None:
-        out["best_status"], out["best_message"] = best.status.value, best.message
-    if reference_notes:
-        out["reference_notes"] = list(reference_notes)
-    if hidden:
-        out["hidden_workloads"] = {"status": hidden["evaluation"]["status"],
-                                   "message": hidden["evaluation"]["message"], "axes": hidden["axes"]}
-    return out
-
-
-def verdict_lines(summary: dict) -> list[str]:
+def verdict_lines(report: FinalReport) -> list[str]:
     """What the final checks said of the best kernel (rich markup): a failure on fresh inputs or on a hidden
-    workload, else the hidden workloads it passed (or why none were drawn)."""
+    workload, else the hidden workloads it passed (or why none were drawn); then the reference notes."""
     lines = []
-    status = summary.get("best_status")
-    if status and status != "PASSED":
-        lines.append(f"[bold red]the best kernel FAILED its final check ({status}): "
-                     f"{escape(summary.get('best_message') or '')}[/]; its speedups above are not to be trusted")
-    hidden = summary.get("hidden_workloads")
-    if hidden and status == "PASSED":
-        if hidden["status"] == "PASSED":
-            shapes = "; ".join(" ".join(f"{k}={v}" for k, v in axes.items()) for axes in hidden["axes"])
-            lines.append(f"the best kernel also passed {len(hidden['axes'])} hidden workloads (sizes drawn with a "
+    status = report.best_status
+    if status is not None and status is not Status.PASSED:
+        lines.append(f"[bold red]the best kernel FAILED its final check ({status.value}): "
+                     f"{escape(report.best_message or '')}[/]; its speedups above are not to be trusted")
+    hidden = report.hidden_workloads
+    if hidden is not None and status is Status.PASSED:
+        if hidden.status is Status.PASSED:
+            shapes = "; ".join(" ".join(f"{k}={v}" for k, v in axes.items()) for axes in hidden.axes)
+            lines.append(f"the best kernel also passed {len(hidden.axes)} hidden workloads (sizes drawn with a "
                          f"secret seed): {shapes}")
         else:
-            lines.append(f"hidden workloads: {hidden['status']}: {escape(hidden['message'])}")
-    lines += [f"[dim]{escape(note[:300])}[/]" for note in summary.get("reference_notes", [])]
+            lines.append(f"hidden workloads: {hidden.status.value}: {escape(hidden.message)}")
+    lines += [f"[dim]{escape(note[:300])}[/]" for note in report.reference_notes]
     return lines
 
 
-def summary_table(summary: dict) -> Table:
-    ref = summary["reference_baseline"]
-    t = Table(title=f"{summary['run_id']}: best kernel vs baselines (measured side by side at the end; the best "
+def summary_table(report: FinalReport) -> Table:
+    """The final table: one row per bench workload (times in ms, speedups, % of the roofline floor)."""
+    ref = report.reference_baseline
+    t = Table(title=f"{report.run_id}: best kernel vs baselines (measured side by side at the end; the best "
                     f"timed beside the naive kernel, paired rounds)")
     for col in ("workload", "naive ms", "best ms", f"{ref} ms", "vs naive (paired, 99.9%)", f"vs {ref}",
                 "% of floor", "floor ms"):
@@ -89,14 +45,14 @@ def summary_table(summary: dict) -> Table:
     def f(x, fmt):
         return "—" if x is None else format(x, fmt)
 
-    for w in summary["workloads"]:
-        iv = w.get("speedup_vs_naive_interval")
-        spread = f" ±{100 * w['best_spread']:.0f}%" if w.get("best_spread") is not None else ""
-        t.add_row(w["name"], f(w["naive_ms"], ".4g"), f(w["best_ms"], ".4g") + spread, f(w["reference_ms"], ".4g"),
-                  (f(w["speedup_vs_naive"], ".1f") + "x" + (f" [{iv[0]:.1f}, {iv[1]:.1f}]" if iv else ""))
-                  if w["speedup_vs_naive"] else "—",
-                  f(w["speedup_vs_reference"], ".1f") + "x" if w["speedup_vs_reference"] else "—",
-                  f(w["pct_of_floor"], ".1f"), "—" if w["floor_ms"] is None else f"{w['floor_ms']:.3g} ({w['bound']})")
+    for w in report.workloads:
+        iv = w.speedup_vs_naive_interval
+        spread = f" ±{100 * w.best_spread:.0f}%" if w.best_spread is not None else ""
+        t.add_row(w.name, f(w.naive_ms, ".4g"), f(w.best_ms, ".4g") + spread, f(w.reference_ms, ".4g"),
+                  (f(w.speedup_vs_naive, ".1f") + "x" + (f" [{iv[0]:.1f}, {iv[1]:.1f}]" if iv else ""))
+                  if w.speedup_vs_naive else "—",
+                  f(w.speedup_vs_reference, ".1f") + "x" if w.speedup_vs_reference else "—",
+                  f(w.pct_of_floor, ".1f"), "—" if w.floor_ms is None else f"{w.floor_ms:.3g} ({w.bound})")
     return t
 
 

@@ -13,21 +13,26 @@ import secrets
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ksearch.errors import SearchError, StoreError, TaskError
 from ksearch.eval.baselines import BaselineNotForTarget, BaselineUnavailable, time_baseline
 from ksearch.eval.evaluator import EvalConfig, Evaluator
-from ksearch.records import Evaluation, Status
+from ksearch.records import (Candidate, Evaluation, FinalMeasurements, FinalReport, HiddenWorkloads, Status,
+                             WorkloadResult)
 from ksearch.eval.timing import Reference
 from ksearch.hardware.cache import spec_for_run
 from ksearch.proposers.base import get_proposer
-from ksearch.report.summary import final_summary
 from ksearch.run.controller import Controller, RunConfig, environment, run_config
 from ksearch.store.db import Store
 from ksearch.store.runs import new_run_id, open_run, run_dir
 from ksearch.targets import get_target
 from ksearch.tasks import builtin_names, load_task
 from ksearch.tasks.loader import Task
+
+if TYPE_CHECKING:
+    from ksearch.protocol import TimingPlan
+    from ksearch.tasks.definition import Workload
 
 Progress = Callable[[str], None]
 
@@ -150,13 +155,13 @@ class Session:
 
     # -- the end of a run ---------------------------------------------------------------------------
 
-    def finish(self) -> dict:
+    def finish(self) -> FinalReport:
         """Write the best kernel's sources (first: the measurements can take minutes), measure naive / best /
         reference side by side on fresh inputs (kept in the store, so a second call reuses them), and return the
-        summary (see `final_summary`)."""
+        run's report, kept in the store too (`FinalReport`: what `ksearch run --json` prints)."""
         c = self.controller
         best = c.best()
-        final = self.store.baseline("final")
+        final = self.store.final()
         best_id = best[1].id if best else None
         source_path = None
         if best:   # before the final measurements (minutes on big workloads): a run killed there keeps its best
@@ -166,17 +171,16 @@ class Session:
                 (out / name).write_text(text)
             (out / "candidate.json").write_text(best[1].model_dump_json(indent=2))
             source_path = str(out / next(iter(best[1].sources)))
-        if final is None or final.get("best_candidate_id") != best_id:
+        if final is None or final.best_candidate_id != best_id:
             final = self._final_measurements(best)
-            self.store.put_baseline("final", "side-by-side", final)
+            self.store.put_final(final)
         self.store.set_status(c.end_status())
-        best_eval = Evaluation.model_validate(final["best"]) if final.get("best") else None
-        return final_summary(self.store.run(), c.evaluations, best[0] if best else None, best_id,
-                             Evaluation.model_validate(final["naive"]), best_eval, final["reference"],
-                             final["reference_name"], source_path, final.get("hidden"),
-                             final.get("reference_notes"))
+        report = FinalReport.build(self.store.run(), c.evaluations, best[0] if best else None, final, source_path)
+        self.store.put_report(report)
+        return report
 
-    def _hidden_check(self, ev: Evaluator, candidate, selected, best_eval: Evaluation) -> dict:
+    def _hidden_check(self, ev: Evaluator, candidate: Candidate, selected: list[Workload],
+                      best_eval: Evaluation) -> HiddenWorkloads:
         """Check the best kernel on workloads it never saw (sizes drawn with a secret seed, no larger than the
         run's check workloads); a failure there becomes the best kernel's final status."""
         like = [w for w in selected if w.purpose == "check"] or selected
@@ -184,18 +188,18 @@ class Session:
             workloads = ev.hidden_workloads(secrets.randbits(62), HIDDEN_WORKLOADS, like=like)
         except TaskError as e:  # the axes' ranges and constraints leave nothing to draw: say so, go on
             self.progress(f"final: no hidden workloads: {e}")
-            return {"axes": [], "evaluation": Evaluation(candidate_id=candidate.id, task=self.task.name,
-                                                         target=self.cfg.target, status=Status.SKIPPED,
-                                                         message=str(e)).model_dump(mode="json")}
+            return HiddenWorkloads(axes=[], evaluation=Evaluation(candidate_id=candidate.id, task=self.task.name,
+                                                                  target=self.cfg.target, status=Status.SKIPPED,
+                                                                  message=str(e)))
         self.progress(f"final: best kernel on {len(workloads)} hidden workloads")
         hidden = ev.evaluate(candidate, workloads, timing=False)
         if hidden.status is not Status.PASSED:
             self.progress(f"final: the best kernel FAILED a hidden workload: {hidden.message}")
             if best_eval.status is Status.PASSED:
                 best_eval.status, best_eval.message = hidden.status, f"hidden workload {hidden.message}"
-        return {"axes": [w.axes for w in workloads], "evaluation": hidden.model_dump(mode="json")}
+        return HiddenWorkloads(axes=[w.axes for w in workloads], evaluation=hidden)
 
-    def _final_measurements(self, best) -> dict:
+    def _final_measurements(self, best: tuple[str, Candidate, Evaluation] | None) -> FinalMeasurements:
         cfg = EvalConfig(seeds=[secrets.randbits(62)], timeout_s=self.cfg.timeout_s, timing=self.cfg.timing)
         ev = Evaluator(self.task, self.cfg.target, self.hardware, cfg, self.progress)
         selected = self.task.select(self.cfg.workloads)
@@ -205,7 +209,7 @@ class Session:
         naive = ev.measure_naive(bench)
         if naive.status is not Status.PASSED:
             raise SearchError(f"the naive kernel failed its final check: {naive.message}")
-        best_eval = None
+        best_eval = hidden = None
         if best:
             self.progress("final: best kernel on fresh inputs, timed beside the naive kernel")
             best_eval = ev.evaluate(best[1], names, timing=True,
@@ -215,16 +219,17 @@ class Session:
             hidden = self._hidden_check(ev, best[1], selected, best_eval)
         ref_name, reference, ref_notes = reference_timings(self.task, names, cfg.seeds[0], self.progress,
                                                            self.cfg.target, cases=ev, plan=cfg.timing)
-        return {"best_candidate_id": best[1].id if best else None, "naive": naive.model_dump(mode="json"),
-                "best": best_eval.model_dump(mode="json") if best_eval else None,
-                "hidden": hidden if best else None,
-                "reference": reference, "reference_name": ref_name or "reference", "reference_notes": ref_notes}
+        return FinalMeasurements(best_candidate_id=best[1].id if best else None, naive=naive, best=best_eval,
+                                 hidden=hidden, reference=reference, reference_name=ref_name or "reference",
+                                 reference_notes=ref_notes)
 
 
 def reference_timings(task: Task, workloads: list[str], seed: int, progress: Progress,
-                      target: str = "cpu", cases=None, plan=None) -> tuple[str | None, dict, list[str]]:
-    """The first of the task's baselines that can run here, timed on ``workloads`` by ``plan`` (a TimingPlan, as
-    the candidates are; None: the default): (its name, workload -> WorkloadResult as JSON, notes), or (None, {}, notes) where none can; notes say which baselines were skipped
+                      target: str = "cpu", cases: Evaluator | None = None, plan: TimingPlan | None = None,
+                      ) -> tuple[str | None, dict[str, WorkloadResult], list[str]]:
+    """The first of the task's baselines that can run here, timed on ``workloads`` by ``plan`` (as the candidates
+    are; None: the default) with inputs from ``cases`` (an Evaluator's, None: made here): (its name, workload ->
+    its WorkloadResult, notes), or (None, {}, notes) where none can; notes say which baselines were skipped
     and why, and which workloads the timed one failed (the summary prints them). A baseline that cannot run here
     (BaselineUnavailable) or does not load (TaskError) is skipped with the reason; one meant for other targets'
     runs (BaselineNotForTarget) is skipped quietly, said only where no baseline runs; one that fails on a
@@ -233,12 +238,11 @@ def reference_timings(task: Task, workloads: list[str], seed: int, progress: Pro
     notes: list[str] = []
     other_targets: list[str] = []  # baselines for other targets' runs: said only where no baseline runs
     for name in task.baseline_sources:
-        reference: dict[str, dict] = {}
+        reference: dict[str, WorkloadResult] = {}
         try:
             for w in workloads:
                 progress(f"final: {name} on {w}")
-                reference[w] = time_baseline(task, name, w, seed=seed, target=target, cases=cases,
-                                             plan=plan).model_dump(mode="json")
+                reference[w] = time_baseline(task, name, w, seed=seed, target=target, cases=cases, plan=plan)
         except BaselineNotForTarget as e:
             other_targets.append(f"baseline {name} skipped: {e}")
             continue
@@ -246,7 +250,7 @@ def reference_timings(task: Task, workloads: list[str], seed: int, progress: Pro
             progress(f"final: baseline {name} skipped: {e}")
             notes.append(f"baseline {name} skipped: {e}")
             continue
-        notes += [f"baseline {name} on {w}: {r['status']}: {r.get('message', '')}"
-                  for w, r in reference.items() if r.get("status") != "PASSED"]
+        notes += [f"baseline {name} on {w}: {r.status.value}: {r.message}"
+                  for w, r in reference.items() if r.status is not Status.PASSED]
         return name, reference, notes
     return None, {}, other_targets + notes

@@ -3,8 +3,9 @@
 Tables (see MIGRATIONS): ``runs`` (configuration, environment, status), ``candidates`` (sources and hash),
 ``evaluations`` (one row per evaluation, numbered by ``seq``, with per-workload metrics as JSON),
 ``snapshots`` (the world model and the strategy state after each evaluation), ``edits`` (every tree edit
-proposed, accepted or rejected, with the reason), ``baselines`` (the naive kernel and reference timings), ``llm_calls`` (every language-model call of the llm
-proposer: prompt, reply, tokens, cost, error).
+proposed, accepted or rejected, with the reason), ``baselines`` (the naive kernel, and the final stage's
+side-by-side measurements as ``final``), ``llm_calls`` (every language-model call of the llm proposer: prompt,
+reply, tokens, cost, error), ``reports`` (the final report, `ksearch.records.FinalReport`, as ``final``).
 
 Durability contract, which resume relies on: an evaluation, the tree snapshot and the strategy state that
 follow from it are written in one transaction (`Store.record_step`). A process killed at any point leaves either
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ksearch.errors import StoreError
-from ksearch.records import Candidate, Evaluation
+from ksearch.records import Candidate, Evaluation, FinalMeasurements, FinalReport
 
 
 def _now() -> str:
@@ -79,14 +80,19 @@ def _m002_llm_calls(db: sqlite3.Connection) -> None:
     """)
 
 
+def _m003_reports(db: sqlite3.Connection) -> None:
+    db.execute("CREATE TABLE reports (name TEXT PRIMARY KEY, created_at TEXT NOT NULL, report_json TEXT NOT NULL)")
+
+
 #: Schema migrations, applied in order and recorded by name in ``migrations``.
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("001_initial", _m001_initial),
     ("002_llm_calls", _m002_llm_calls),
+    ("003_reports", _m003_reports),
 ]
 
 #: the tables every migrated store has
-TABLES = ("runs", "candidates", "evaluations", "snapshots", "edits", "baselines", "llm_calls")
+TABLES = ("runs", "candidates", "evaluations", "snapshots", "edits", "baselines", "llm_calls", "reports")
 
 
 def _reads(method):
@@ -224,6 +230,31 @@ class Store:
     def baseline(self, name: str) -> dict | None:
         row = self.db.execute("SELECT result_json FROM baselines WHERE name = ?", (name,)).fetchone()
         return json.loads(row[0]) if row else None
+
+    def put_final(self, final: FinalMeasurements) -> None:
+        """Keep the final stage's measurements (the ``final`` baseline)."""
+        self.put_baseline("final", "side-by-side", final.model_dump(mode="json"))
+
+    @_reads
+    def final(self) -> FinalMeasurements | None:
+        """The final stage's measurements as `put_final` kept them (None before a run's first finish). Raises
+        StoreError when they do not decode."""
+        row = self.baseline("final")
+        return FinalMeasurements.model_validate(row) if row is not None else None
+
+    # -- the final report ---------------------------------------------------------------------------
+
+    def put_report(self, report: FinalReport) -> None:
+        """Keep the run's final report (replacing an earlier finish's)."""
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO reports VALUES (?,?,?)", ("final", _now(), report.model_dump_json()))
+
+    @_reads
+    def report(self) -> FinalReport | None:
+        """The final report as `put_report` kept it (None before the run first finished). Raises StoreError when
+        it does not decode (a report of another ksearch version that does not validate)."""
+        row = self.db.execute("SELECT report_json FROM reports WHERE name = 'final'").fetchone()
+        return FinalReport.model_validate_json(row[0]) if row else None
 
     # -- candidates and evaluations -----------------------------------------------------------------
 
