@@ -4,7 +4,13 @@ Outcomes of a candidate (compile error, wrong answer, timeout, ...) are *not* ex
 `ksearch.records.Status` values. Exceptions are for the infrastructure around candidates:
 a malformed task file, a missing compiler, a worker that could not start, an unknown run.
 Every message names the bad value.
+
+Some are signals between two parts of ksearch rather than errors shown to the user (a worker that timed out, an
+edit the planner is told was rejected); they keep the base class their callers catch. This module imports only
+the standard library: the evaluation worker and the sandbox import it before anything else.
 """
+
+import signal
 
 
 class KsearchError(Exception):
@@ -71,3 +77,101 @@ class LLMUnavailable(LLMError):
 class LLMBudgetExhausted(LLMError):
     """A run's --max-cost or --max-tokens is reached. The run stops cleanly and is resumable with a larger
     limit."""
+
+
+class TransientLLMError(LLMError):
+    """A failure a retry may cure (429, 5xx, timeout, connection reset). ``retry_after_s``: the server's hint."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class ReplyError(KnowledgeError):
+    """A model's reply that does not hold what was asked for (`ksearch.proposers.llm.parse`); the message says what
+    is wrong, for the log and the model alike."""
+
+
+class ExportError(KsearchError):
+    """A run or candidate that cannot be exported (not an mlx target, no best kernel, a bad file)."""
+
+
+class DeviceNeeded(KsearchError):
+    """The static pass is done (`ksearch.search.static_pass`); the next step (judging) needs the target's device."""
+
+
+class PlanError(ValueError):
+    """A launch plan that is malformed (a COMPILE_ERROR) or does not resolve for a workload (RUNTIME_ERROR)."""
+
+
+class Rejected(Exception):
+    """An edit of the world model broke a rule (`ksearch.search.edits`); the message is the reason shown to the
+    planner."""
+
+
+class BaselineUnavailable(Exception):
+    """A baseline that cannot run here (torch missing, no GPU): the message says why; the run goes on without it."""
+
+
+class BaselineNotForTarget(BaselineUnavailable):
+    """A baseline meant for other targets' runs (MLX's SDPA in a cuda run): skipped quietly where another baseline
+    of the task runs."""
+
+
+class CandidateError(Exception):
+    """An exception raised by the candidate's ``run`` (a RUNTIME_ERROR; the triton target's worker side), with the
+    candidate's line in the message."""
+
+
+# -- the evaluation worker, seen from the controller (`ksearch.jail.sandbox`, `ksearch.eval.timing`) ------------
+
+
+class WorkerTimeout(Exception):
+    """The worker did not answer within the deadline (it has been killed)."""
+
+
+class WorkerStopped(WorkerTimeout):
+    """A process of the worker was stopped (SIGSTOP, SIGTSTP) by something other than the judge while a request
+    waited: an infrastructure fault, not the kernel's timeout (the worker has been killed)."""
+
+
+class ProtocolViolation(Exception):
+    """A reply that does not answer the request sent (something in the worker wrote to the reply stream)."""
+
+
+_SIGNAL_HINTS = {"SIGXCPU": "CPU time limit reached", "SIGXFSZ": "file size limit reached",
+                 "SIGSYS": "a forbidden system call"}
+
+
+def describe_exit(returncode: int | None) -> str:
+    """A worker's exit in words: ``returncode`` None (it stopped answering), < 0 (the signal that killed it, with
+    the resource limit or seccomp filter a signal means), else its exit status."""
+    if returncode is None:
+        return "worker stopped answering"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        hint = _SIGNAL_HINTS.get(name)
+        return f"worker killed by {name}" + (f" ({hint})" if hint else "")
+    return f"worker exited with status {returncode}"
+
+
+class WorkerDied(Exception):
+    """The worker exited while a request was pending: ``returncode`` < 0 is the signal number (None: it closed its
+    reply stream or garbled a reply; ``stderr_tail`` then says what); the message is `describe_exit`'s."""
+
+    def __init__(self, returncode: int | None, stderr_tail: str):
+        self.returncode = returncode
+        self.stderr_tail = stderr_tail
+        super().__init__(describe_exit(returncode))
+
+
+class ExternalKill(Exception):
+    """A worker was killed (SIGKILL) or stopped by something other than the judge: an infrastructure fault, not
+    the candidate's; the caller judges the workload again on fresh workers. ``role``: whose worker it was."""
+
+    def __init__(self, role: str, message: str):
+        self.role = role
+        super().__init__(message)

@@ -14,14 +14,10 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ksearch.errors import KsearchError
+from ksearch.errors import ExportError
 from ksearch.records import Candidate
 from ksearch.targets.mlx import BACKENDS, parse_launch, split_sources
 from ksearch.tasks.definition import Definition
-
-
-class ExportError(KsearchError):
-    """A run or candidate that cannot be exported (not an mlx target, no best kernel, a bad file)."""
 
 
 def _axis_sources(definition: Definition) -> dict[str, object]:

@@ -12,7 +12,8 @@ import pytest
 
 from ksearch.jail import jail, jail_fs
 from ksearch.jail.compile_jail import LAUNCHER
-from ksearch.jail.sandbox import SYSTEM_PATHS, Policy, Worker, describe_exit, policy_argument, scrubbed_env
+from ksearch.errors import describe_exit
+from ksearch.jail.sandbox import SYSTEM_PATHS, Policy, Worker, policy_argument, scrubbed_env
 
 
 @pytest.fixture

@@ -6,11 +6,11 @@ import socket
 
 import pytest
 
-from ksearch.errors import ConfigError, LLMError, LLMUnavailable
+from ksearch.errors import ConfigError, LLMError, LLMUnavailable, TransientLLMError
 from ksearch.llm import keys
 from ksearch.llm.backends import (AnthropicBackend, CommandBackend, OpenAIBackend, QueueBackend, _retry_after,
                                   make_backend, render_plain)
-from ksearch.llm.base import Message, TransientLLMError
+from ksearch.llm.base import Message
 from ksearch.llm.client import LLMClient, is_truncated
 from ksearch.llm.prices import Prices
 from tests.llm.fakes import (Delayed, Fail, Garbage, Hang, Killed, QueueResponder, Reply, ScriptedAnthropicServer,

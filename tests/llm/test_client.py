@@ -5,9 +5,9 @@ import random
 
 import pytest
 
-from ksearch.errors import ConfigError, LLMBudgetExhausted, LLMError, LLMUnavailable
+from ksearch.errors import ConfigError, LLMBudgetExhausted, LLMError, LLMUnavailable, TransientLLMError
 from ksearch.llm.backends import AnthropicBackend, OpenAIBackend, call_purpose
-from ksearch.llm.base import LLMCall, LLMReply, Message, TransientLLMError, Usage, prompt_hash
+from ksearch.llm.base import LLMCall, LLMReply, Message, Usage, prompt_hash
 from ksearch.llm.client import Budget, LLMClient, is_truncated
 from ksearch.llm.prices import Price, Prices
 from tests.llm.fakes import (Garbage, ScriptedAnthropicServer, ScriptedBackend, ScriptedOpenAIServer, Status,

@@ -2,8 +2,8 @@
 
 import pytest
 
-from ksearch.errors import KnowledgeError
-from ksearch.proposers.llm.parse import ReplyError, check_edits, extract_code, extract_json_array, fences
+from ksearch.errors import KnowledgeError, ReplyError
+from ksearch.proposers.llm.parse import check_edits, extract_code, extract_json_array, fences
 from ksearch.search.edits import Delete, Insert, Update
 
 EDIT = '{"op": "delete", "node_id": "n3"}'

@@ -8,11 +8,12 @@ import subprocess
 
 import pytest
 
+from ksearch.errors import PlanError
 from ksearch.eval import static_checks
 from ksearch.records import Candidate, Status
 from ksearch.targets import get_target, target_names
 from ksearch.targets.cuda import CudaTarget, cupy_status
-from ksearch.targets.cuda_launch import PlanError, parse_plan, refused_flag, resolve, temporary_shape
+from ksearch.targets.cuda_launch import parse_plan, refused_flag, resolve, temporary_shape
 from ksearch.tasks.loader import load_task
 
 TASKS = ("selective-scan", "selective-scan-fp16")

@@ -10,8 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from ksearch.cli import app
+from ksearch.errors import ExportError
 from ksearch.records import Candidate
-from ksearch.export import ExportError, export_candidate, module_source
+from ksearch.export import export_candidate, module_source
 from ksearch.tasks import load_task
 
 FP16 = load_task("selective-scan-fp16")

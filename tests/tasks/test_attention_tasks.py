@@ -385,7 +385,8 @@ def _passes_and_follows_the_causal_axis(baseline: str, name: str, workload: str,
 def test_torch_sdpa_baseline_without_torch_is_unavailable_and_a_run_goes_on(monkeypatch):
     import sys
 
-    from ksearch.eval.baselines import BaselineUnavailable, time_baseline
+    from ksearch.errors import BaselineUnavailable
+    from ksearch.eval.baselines import time_baseline
 
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
     monkeypatch.setitem(sys.modules, "torch.nn.functional", None)
@@ -395,7 +396,8 @@ def test_torch_sdpa_baseline_without_torch_is_unavailable_and_a_run_goes_on(monk
 
 def test_torch_sdpa_baseline_runs_where_the_run_targets():
     torch = pytest.importorskip("torch", reason="torch not installed")
-    from ksearch.eval.baselines import BaselineUnavailable, load_baseline_module
+    from ksearch.errors import BaselineUnavailable
+    from ksearch.eval.baselines import load_baseline_module
 
     task = load_task("attention-decode")
     assert load_baseline_module(task, "torch-sdpa", "cpu")["_device"]() == "cpu"  # a cpu run: CPU SDPA, GPU or not
@@ -420,7 +422,8 @@ def test_mlx_sdpa_baseline_is_for_mlx_runs_and_needs_mlx(monkeypatch):
     unavailable, with the reason."""
     import sys
 
-    from ksearch.eval.baselines import BaselineUnavailable, time_baseline
+    from ksearch.errors import BaselineUnavailable
+    from ksearch.eval.baselines import time_baseline
 
     task = load_task("attention-decode")
     assert list(task.baseline_sources) == ["mlx-sdpa", "torch-sdpa"]

@@ -18,8 +18,9 @@ def export_command(
 ) -> None:
     """Write the best kernel of RUN (target mlx-metal or mlx-cuda) as a Python module with an MLX function
     (e.g. selective_scan(u, delta, A, B, C, D, z, delta_bias) -> (out, last_state)); see docs/mlx-target.md."""
+    from ksearch.errors import ExportError
     from ksearch.records import Candidate
-    from ksearch.export import ExportError, export_candidate, export_run
+    from ksearch.export import export_candidate, export_run
     from ksearch.tasks import load_task
 
     if candidate is not None:

@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from ksearch.errors import TaskError
+from ksearch.errors import BaselineNotForTarget, BaselineUnavailable, TaskError
 from ksearch.eval.compare import compare
 from ksearch.protocol import TimingPlan
 from ksearch.records import Status, WorkloadResult
@@ -30,15 +30,6 @@ from ksearch.eval.stats import summarize_times
 from ksearch.tasks.inputs import make_inputs
 from ksearch.tasks.loader import Task
 from ksearch.tasks.reference import run_reference
-
-
-class BaselineUnavailable(Exception):
-    """A baseline that cannot run here (torch missing, no GPU): the message says why; the run goes on without it."""
-
-
-class BaselineNotForTarget(BaselineUnavailable):
-    """A baseline meant for other targets' runs (MLX's SDPA in a cuda run): skipped quietly where another baseline
-    of the task runs."""
 
 
 def load_baseline_module(task: Task, name: str, target: str = "cpu") -> dict:

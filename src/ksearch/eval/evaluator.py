@@ -39,9 +39,10 @@ from ksearch.eval.compare import compare
 from ksearch.eval.hidden import draw_hidden_workloads
 from ksearch.protocol import TimingPlan
 from ksearch.records import Candidate, Evaluation, Status, WorkloadResult
-from ksearch.jail.sandbox import Policy, ProtocolViolation, Worker, WorkerDied, WorkerStopped, WorkerTimeout
-from ksearch.eval.timing import (Contender, ExternalKill, Reference, RoundTimer, calibrate, combine, decision_rounds,
-                                 died_message, failure_status, killed_from_outside, worker_main_pid)
+from ksearch.errors import ExternalKill, ProtocolViolation, WorkerDied, WorkerStopped, WorkerTimeout
+from ksearch.jail.sandbox import Policy, Worker
+from ksearch.eval.timing import (Contender, Reference, RoundTimer, calibrate, combine, decision_rounds, died_message,
+                                 failure_status, killed_from_outside, worker_main_pid)
 from ksearch.hardware.load import LoadMeter
 from ksearch.targets import get_target
 from ksearch.tasks.definition import Definition, Workload

@@ -39,7 +39,8 @@ import numpy as np
 
 from ksearch.protocol import TimingPlan
 from ksearch.records import Candidate, Paired, Status
-from ksearch.jail.sandbox import ProtocolViolation, Worker, WorkerDied, WorkerStopped, WorkerTimeout, describe_exit
+from ksearch.errors import ExternalKill, ProtocolViolation, WorkerDied, WorkerStopped, WorkerTimeout, describe_exit
+from ksearch.jail.sandbox import Worker
 from ksearch.eval.stats import (LogSample, PairedStats, combine_paired, log_sample, min_rounds_for, paired_ratio,
                                 summarize_times)
 
@@ -53,15 +54,6 @@ PINGS, PING_WARMUP = 24, 4
 #: the early-stop test of a comparison is stricter than its verdict, so that looking after every round does not
 #: inflate the rate of false differences: stop early only at this confidence
 EARLY_CONFIDENCE = 0.9999
-
-
-class ExternalKill(Exception):
-    """A worker was killed (SIGKILL) or stopped by something other than the judge: an infrastructure fault, not
-    the candidate's; the caller judges the workload again on fresh workers. ``role``: whose worker it was."""
-
-    def __init__(self, role: str, message: str):
-        self.role = role
-        super().__init__(message)
 
 
 @dataclass(frozen=True)

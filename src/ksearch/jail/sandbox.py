@@ -26,7 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ksearch import config
-from ksearch.errors import WorkerError
+from ksearch.errors import ProtocolViolation, WorkerDied, WorkerError, WorkerStopped, WorkerTimeout
 from ksearch.jail.jail_fs import DEVICES
 
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES")
@@ -36,8 +36,6 @@ _GPU_ENV = ("CUDA_PATH", "CUDA_HOME", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DE
 SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
 #: what of /etc the dynamic loader reads
 LOADER_ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d")
-_SIGNAL_HINTS = {"SIGXCPU": "CPU time limit reached", "SIGXFSZ": "file size limit reached",
-                 "SIGSYS": "a forbidden system call"}
 
 
 class Policy(BaseModel):
@@ -71,17 +69,8 @@ class Policy(BaseModel):
     view: Literal["reduced", "host"] = "reduced"
 
 
-class WorkerTimeout(Exception):
-    """The worker did not answer within the deadline (it has been killed)."""
-
-
 #: seconds between checks, while a request waits, that no process of the worker was stopped from outside
 STOP_POLL_S = 1.0
-
-
-class WorkerStopped(WorkerTimeout):
-    """A process of the worker was stopped (SIGSTOP, SIGTSTP) by something other than the judge while a request
-    waited: an infrastructure fault, not the kernel's timeout (the worker has been killed)."""
 
 
 def stopped_process(pid: int) -> int | None:
@@ -99,32 +88,6 @@ def stopped_process(pid: int) -> int | None:
         if state in ("T", "t"):
             return p
     return None
-
-
-class ProtocolViolation(Exception):
-    """A reply that does not answer the request sent (something in the worker wrote to the reply stream)."""
-
-
-class WorkerDied(Exception):
-    """The worker exited while a request was pending: ``returncode`` < 0 is the signal number."""
-
-    def __init__(self, returncode: int | None, stderr_tail: str):
-        self.returncode = returncode
-        self.stderr_tail = stderr_tail
-        super().__init__(describe_exit(returncode))
-
-
-def describe_exit(returncode: int | None) -> str:
-    if returncode is None:
-        return "worker stopped answering"
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        hint = _SIGNAL_HINTS.get(name)
-        return f"worker killed by {name}" + (f" ({hint})" if hint else "")
-    return f"worker exited with status {returncode}"
 
 
 def scrubbed_env(home: Path, gpu: bool = False) -> dict[str, str]:

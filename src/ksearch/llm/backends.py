@@ -47,8 +47,8 @@ from contextvars import ContextVar
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ksearch.errors import ConfigError, LLMError
-from ksearch.llm.base import Backend, LLMReply, Message, TransientLLMError, Usage, prompt_hash
+from ksearch.errors import ConfigError, LLMError, TransientLLMError
+from ksearch.llm.base import Backend, LLMReply, Message, Usage, prompt_hash
 
 #: What the current call is for (the proposer's ``purpose``), set by the client around each backend call; the
 #: queue names its files after it and the command backend passes it on as ``KSEARCH_LLM_PURPOSE``.

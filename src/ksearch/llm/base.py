@@ -1,8 +1,8 @@
 """The contract between the llm proposer and the model backends, as plain records.
 
 A `Backend` turns a list of `Message` into one `LLMReply` (text, token usage, latency) or raises:
-`TransientLLMError` for what a retry may cure (HTTP 429, 5xx, timeouts, connection resets), `LLMError` for
-what it will not (401, a bad request, an unknown model). Backends do no retrying, pricing or logging: the
+`ksearch.errors.TransientLLMError` for what a retry may cure (HTTP 429, 5xx, timeouts, connection resets),
+`ksearch.errors.LLMError` for what it will not (401, a bad request, an unknown model). Backends do no retrying, pricing or logging: the
 `ksearch.llm.client.LLMClient` wraps one backend with those, so every backend gets them alike.
 
 Every call the client makes, answered or not, becomes one `LLMCall` record: the run store keeps them
@@ -17,8 +17,6 @@ import json
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from ksearch.errors import LLMError
 
 Role = Literal["planner", "coder"]
 
@@ -63,14 +61,6 @@ class LLMReply(_Record):
     model: str = ""
     finish_reason: str | None = None
     latency_s: float = 0.0
-
-
-class TransientLLMError(LLMError):
-    """A failure a retry may cure (429, 5xx, timeout, connection reset). ``retry_after_s``: the server's hint."""
-
-    def __init__(self, message: str, retry_after_s: float | None = None):
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
 
 
 class Backend(Protocol):

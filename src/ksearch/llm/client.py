@@ -26,10 +26,10 @@ import random
 import time
 from collections.abc import Callable, Iterable
 
-from ksearch.errors import ConfigError, LLMBudgetExhausted, LLMError, LLMUnavailable
+from ksearch.errors import ConfigError, LLMBudgetExhausted, LLMError, LLMUnavailable, TransientLLMError
 from ksearch.llm.backends import call_purpose
 from ksearch.llm.base import (TRUNCATED_REASONS, Backend, LLMCall, LLMReply, Message, Role,  # noqa: F401
-                              TransientLLMError, Usage, is_truncated, prompt_hash)
+                              Usage, is_truncated, prompt_hash)
 from ksearch.llm.prices import Prices
 
 

@@ -74,7 +74,7 @@ COMPILER = Source("compiler output", 4000, 0.75)
 JUDGE = Source("the judge's message, which can quote the kernel's stderr and errors", 2500, 0.4)
 #: one workload's message: judge text that can quote the kernel's exception on that workload
 WORKLOAD = Source("the judge's message on this workload, which can quote the kernel's errors", 1500, 0.5)
-#: why the coder's reply gave no kernel (`ksearch.proposers.llm.parse.ReplyError`; it can quote names from the reply)
+#: why the coder's reply gave no kernel (`ksearch.errors.ReplyError`; it can quote names from the reply)
 NO_KERNEL = Source("why the coder's reply held no kernel", 800, 0.5)
 
 #: ECMA-48 (5th ed., 1991) sequences: CSI (7- and 8-bit) with parameter, intermediate and final bytes; the

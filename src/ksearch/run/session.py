@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ksearch.errors import SearchError, StoreError, TaskError
-from ksearch.eval.baselines import BaselineNotForTarget, BaselineUnavailable, time_baseline
+from ksearch.errors import BaselineNotForTarget, BaselineUnavailable, SearchError, StoreError, TaskError
+from ksearch.eval.baselines import time_baseline
 from ksearch.eval.evaluator import EvalConfig, Evaluator
 from ksearch.records import (Candidate, Evaluation, FinalMeasurements, FinalReport, HiddenWorkloads, Status,
                              WorkloadResult)

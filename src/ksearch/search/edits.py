@@ -29,6 +29,7 @@ from typing import Annotated, Any, Iterable, Literal, Mapping, Union
 
 from pydantic import Field, TypeAdapter, ValidationError
 
+from ksearch.errors import Rejected
 from ksearch.search.worldmodel import (
     ROOT_ID,
     Action,
@@ -117,10 +118,6 @@ class EditResult(Record):
     ok: bool
     reason: str
     node_ids: tuple[str, ...] = ()
-
-
-class Rejected(Exception):
-    """An edit broke a rule; the message is the reason shown to the planner."""
 
 
 def explain(exc: ValidationError) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ksearch.errors import KsearchError
+from ksearch.errors import PlanError
 from ksearch.eval import static_checks
 from ksearch.records import Candidate
 from ksearch.knowledge.pack import load_pack
@@ -70,7 +70,7 @@ def _problem(t, cand: Candidate, task: Task, rules, selected) -> str | None:
     if findings:
         return "static checks: " + "; ".join(str(f) for f in findings)
     if hasattr(t, "backend"):  # mlx: the launch must resolve for every workload
-        from ksearch.targets.mlx import PlanError, parse_launch, resolve_launch
+        from ksearch.targets.mlx import parse_launch, resolve_launch
 
         plan = parse_launch(cand.launch, task.definition, t.name)
         for w in selected:
@@ -79,7 +79,3 @@ def _problem(t, cand: Candidate, task: Task, rules, selected) -> str | None:
             except PlanError as e:
                 return f"launch for workload {w.name or w.uuid}: {e}"
     return None
-
-
-class DeviceNeeded(KsearchError):
-    """The static pass is done; the next step (judging) needs the target's device."""

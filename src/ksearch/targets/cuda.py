@@ -23,9 +23,10 @@ import time
 from pathlib import Path
 
 from ksearch import config
+from ksearch.errors import PlanError
 from ksearch.records import Candidate
 from ksearch.targets.base import CompileResult
-from ksearch.targets.cuda_launch import PlanError, parse_plan, refused_flag
+from ksearch.targets.cuda_launch import parse_plan, refused_flag
 from ksearch.tasks.definition import Definition
 
 SOURCE_EXT = (".cu", ".cuh")

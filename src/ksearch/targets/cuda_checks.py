@@ -24,8 +24,8 @@ import struct
 
 import numpy as np
 
-from ksearch.errors import KernelRejected, TargetError
-from ksearch.targets.cuda_launch import PlanError, ResolvedLaunch, resolve
+from ksearch.errors import KernelRejected, PlanError, TargetError
+from ksearch.targets.cuda_launch import ResolvedLaunch, resolve
 from ksearch.targets.cuda_runtime import CudaRunner
 
 #: device-side calls that keep or leak state (the device heap outlives a launch) or flood stderr

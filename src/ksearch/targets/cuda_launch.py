@@ -12,7 +12,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from ksearch.errors import TaskError
+from ksearch.errors import PlanError, TaskError
 from ksearch.tasks.definition import Definition, _compile_expr, eval_expr
 
 RawExpr = Union[int, str]
@@ -88,10 +88,6 @@ class ResolvedLaunch:
     block: tuple[int, int, int]
     shared_bytes: int
     args: tuple[str, ...]
-
-
-class PlanError(ValueError):
-    """A launch plan that is malformed (a COMPILE_ERROR) or does not resolve for a workload (RUNTIME_ERROR)."""
 
 
 def field_errors(what: str, e: ValidationError) -> PlanError:

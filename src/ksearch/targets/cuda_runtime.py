@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ksearch.errors import KernelCompileError, TargetError
-from ksearch.targets.cuda_launch import LaunchPlan, PlanError, ResolvedLaunch, resolve, temporary_shape
+from ksearch.errors import KernelCompileError, PlanError, TargetError
+from ksearch.targets.cuda_launch import LaunchPlan, ResolvedLaunch, resolve, temporary_shape
 from ksearch.targets.cuda_judge_kernels import JudgeKernels
 from ksearch.targets.gpu_timing import rotation_copies, timed_repeats, warm_up
 from ksearch.tasks.definition import Definition

@@ -23,11 +23,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ksearch import config
-from ksearch.errors import TargetError
+from ksearch.errors import PlanError, TargetError
 from ksearch.records import Candidate
 from ksearch.targets.base import CompileResult
 # launch expressions and their errors as the cuda target has them: the same rules, the same messages
-from ksearch.targets.cuda_launch import Expr, PlanError, _int, field_errors
+from ksearch.targets.cuda_launch import Expr, _int, field_errors
 from ksearch.tasks.definition import Definition
 
 #: the line that separates a header (helper functions, includes) from the kernel body in one source file

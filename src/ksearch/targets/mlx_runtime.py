@@ -25,9 +25,9 @@ import time
 
 import numpy as np
 
-from ksearch.errors import KernelCompileError, TargetError
+from ksearch.errors import KernelCompileError, PlanError, TargetError
 from ksearch.targets.gpu_timing import rotation_copies, timed_repeats, warm_up
-from ksearch.targets.mlx import BACKENDS, PlanError, parse_launch, resolve_launch
+from ksearch.targets.mlx import BACKENDS, parse_launch, resolve_launch
 from ksearch.tasks.definition import Definition
 
 #: the last-level cache the flush must evict when the device does not say: an H200's L2 is 50 MB, an M-series

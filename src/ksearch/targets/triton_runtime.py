@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ksearch.errors import KernelCompileError, KernelRejected, TargetError
+from ksearch.errors import CandidateError, KernelCompileError, KernelRejected, TargetError
 from ksearch.targets.gpu_timing import rotation_copies, timed_repeats, torch_spin, warm_up
 from ksearch.tasks.definition import Definition
 
@@ -56,11 +56,6 @@ ALLOWED_OPS = frozenset({
 _COPIES = frozenset({"copy_", "_to_copy", "clone"})
 
 _TORCH_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int16", "int8", "uint8", "bool")
-
-
-class CandidateError(Exception):
-    """An exception raised by the candidate's ``run`` (a RUNTIME_ERROR), with the candidate's line in the
-    message."""
 
 
 def _leaves(obj):

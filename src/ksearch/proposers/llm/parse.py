@@ -23,9 +23,9 @@ from typing import Any
 
 import yaml
 
-from ksearch.errors import KnowledgeError
+from ksearch.errors import Rejected, ReplyError
 from ksearch.llm.base import is_truncated
-from ksearch.search.edits import Delete, Insert, Rejected, Split, Update, parse_edit
+from ksearch.search.edits import Delete, Insert, Split, Update, parse_edit
 
 
 #: per target: fence language -> the source file it becomes
@@ -49,11 +49,6 @@ MAX_SCAN = 500
 
 _OPEN = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*?)[ \t]*$")
 _NAME = re.compile(r"^(?:(?:file(?:name)?|title|name|path)=)?[\"']?(?P<name>[\w.\-/]+\.[A-Za-z0-9+]+)[\"']?$")
-
-
-class ReplyError(KnowledgeError):
-    """A reply that does not hold what was asked for; the message says what is wrong, for the log and the
-    model alike."""
 
 
 @dataclass(frozen=True)

@@ -48,12 +48,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ksearch.errors import ConfigError, KnowledgeError, TaskError
+from ksearch.errors import ConfigError, KnowledgeError, ReplyError, TaskError
 from ksearch.records import Candidate, Evaluation, Status
 from ksearch.proposers.llm import context as ctx
 from ksearch.llm import untrusted
 from ksearch.llm.base import LLMReply, Message, is_truncated
-from ksearch.proposers.llm.parse import SOURCE_LANGS, Edit, ReplyError, check_edits, extract_code, extract_json_array
+from ksearch.proposers.llm.parse import SOURCE_LANGS, Edit, check_edits, extract_code, extract_json_array
 from ksearch.search.edits import Delete, Insert, Split, Update, apply
 from ksearch.search.strategy import SearchState, StrategyConfig, decide, revise
 from ksearch.search.worldmodel import ROOT_ID, Node, NodeStatus, Tree
