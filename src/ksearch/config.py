@@ -5,6 +5,12 @@
 - ``CC`` / ``CXX``: the C / C++ compilers of the cpu target (default ``cc`` / ``c++``).
 - ``HOME``: the user's home, hidden from candidates by the evaluation sandbox.
 - ``KSEARCH_BUSY_WAIT_S``: how long the judge may wait for a busy machine before timing (`busy_wait_s`).
+- ``KSEARCH_CONFIG``: the user's config file (`user_config_file`; API keys under ``[keys]``).
+- The API-key variables (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ... or the one ``--api-key-env`` names):
+  `api_key_from_env` (`ksearch.llm.keys` decides which).
+
+Environments handed to child processes (the sandbox's whitelist, the command backend's) are copied from
+``os.environ`` where the child starts; those copies are not reads of a setting.
 """
 
 from __future__ import annotations
@@ -72,3 +78,14 @@ def busy_wait_s() -> float:
     if not value >= 0 or value == float("inf"):
         raise ConfigError(f"KSEARCH_BUSY_WAIT_S must be a number of seconds >= 0, got {raw!r}")
     return value
+
+
+def user_config_file() -> Path:
+    """The user's config file: ``KSEARCH_CONFIG``, else ``~/.config/ksearch/config.toml`` (neither need exist)."""
+    return Path(os.environ.get("KSEARCH_CONFIG") or Path.home() / ".config" / "ksearch" / "config.toml").expanduser()
+
+
+def api_key_from_env(name: str) -> str:
+    """The value of the environment variable ``name`` (an API key's: the provider's usual variable or the one
+    ``--api-key-env`` names), stripped; "" when it is unset or blank."""
+    return os.environ.get(name, "").strip()

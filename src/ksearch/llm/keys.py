@@ -26,11 +26,11 @@ part of an error message, and never stored in a run (the run keeps only ``api_ke
 
 from __future__ import annotations
 
-import os
 import tomllib
 from pathlib import Path
 from urllib.parse import urlparse
 
+from ksearch import config
 from ksearch.errors import ConfigError
 
 #: the key handed to local endpoints that need none
@@ -40,8 +40,8 @@ _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "[::1]"}
 
 
 def config_path() -> Path:
-    """``$KSEARCH_CONFIG`` or ``~/.config/ksearch/config.toml`` (which need not exist)."""
-    return Path(os.environ.get("KSEARCH_CONFIG") or Path.home() / ".config" / "ksearch" / "config.toml").expanduser()
+    """``$KSEARCH_CONFIG`` or ``~/.config/ksearch/config.toml`` (which need not exist; `config.user_config_file`)."""
+    return config.user_config_file()
 
 
 def _host(base_url: str | None) -> str:
@@ -113,12 +113,12 @@ def resolve_api_key(kind: str, base_url: str | None = None, api_key_env: str | N
     """
     provider = provider_of(kind, base_url)
     if api_key_env:
-        value = os.environ.get(api_key_env, "").strip()
+        value = config.api_key_from_env(api_key_env)
         if value:
             return value
         raise ConfigError(f"the environment variable {api_key_env} (--api-key-env) is not set or empty")
     for var in _ENV_VARS[provider]:
-        value = os.environ.get(var, "").strip()
+        value = config.api_key_from_env(var)
         if value:
             return value
     keys, path = _config_keys()
