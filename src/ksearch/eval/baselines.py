@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import numbers
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from ksearch.eval.stats import summarize_times
 from ksearch.tasks.inputs import make_inputs
 from ksearch.tasks.loader import Task
 from ksearch.tasks.reference import run_reference
+
+if TYPE_CHECKING:
+    from ksearch.eval.evaluator import Evaluator
 
 
 def load_baseline_module(task: Task, name: str, target: str = "cpu") -> dict:
@@ -59,8 +63,8 @@ def load_baseline(task: Task, name: str):
     return load_baseline_module(task, name)["run"]
 
 
-def time_baseline(task: Task, name: str, workload: str, seed: int = 0, target: str = "cpu", cases=None,
-                  plan: TimingPlan | None = None) -> WorkloadResult:
+def time_baseline(task: Task, name: str, workload: str, seed: int = 0, target: str = "cpu",
+                  cases: Evaluator | None = None, plan: TimingPlan | None = None) -> WorkloadResult:
     """Median time (ms) of a baseline on one workload, after one checked warm-up call: the host wall clock, or
     the device ms that ``prepare``'s call returns.
 

@@ -27,7 +27,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -48,6 +48,9 @@ from ksearch.targets import get_target
 from ksearch.tasks.definition import Definition, Workload
 from ksearch.tasks.inputs import numpy_dtype, poison_byte, to_float64
 from ksearch.tasks.loader import Task
+
+if TYPE_CHECKING:
+    from ksearch.hardware.spec import HardwareSpec
 
 #: calls of each kernel per paired round on a busy machine (the round keeps each kernel's fastest)
 BUSY_CALLS = 2
@@ -111,8 +114,8 @@ class Evaluator:
         progress: called with a short line of text as work proceeds (for the CLI).
     """
 
-    def __init__(self, task: Task, target: str = "cpu", hardware=None, config: EvalConfig | None = None,
-                 progress: Callable[[str], None] | None = None):
+    def __init__(self, task: Task, target: str = "cpu", hardware: HardwareSpec | None = None,
+                 config: EvalConfig | None = None, progress: Callable[[str], None] | None = None):
         self.task = task
         self.definition: Definition = task.definition
         self.target = get_target(target)
@@ -738,6 +741,7 @@ class _Session:
         judge = self.judge
         first = f"{res.median_ms:.4g} ms ({res.pct_of_floor:.0f}% of the floor {res.floor_ms:.4g} ms)"
         judge.progress(f"suspect: {wl.label} below the roofline floor; measuring the {res.bound} ceiling again")
+        assert judge.hardware is not None and res.bound is not None  # a floor was computed from them
         judge.hardware = reprobe(judge.hardware, res.bound)
         judge.roofline_of(wl, res)
         if res.pct_of_floor is None or res.pct_of_floor <= 100:

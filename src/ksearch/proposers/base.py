@@ -6,13 +6,20 @@ resumed run asks it the same questions and gets the same answers.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ksearch.errors import SearchError
 from ksearch.records import Candidate
 from ksearch.search.edits import Edit
 from ksearch.search.strategy import SearchState
 from ksearch.search.worldmodel import Tree
+
+if TYPE_CHECKING:
+    from ksearch.hardware.spec import HardwareSpec
+    from ksearch.llm.settings import LLMSettings
+    from ksearch.search.strategy import StrategyConfig
+    from ksearch.store.db import Store
+    from ksearch.tasks.loader import Task
 
 
 class Proposer(Protocol):
@@ -34,7 +41,8 @@ class Proposer(Protocol):
         """Edits when nothing on the frontier can be chosen: new actions, or [] when the ideas are spent."""
 
 
-def get_proposer(name: str, task, target: str, hardware, settings=None, store=None, strategy=None) -> Proposer:
+def get_proposer(name: str, task: Task, target: str, hardware: HardwareSpec | None, settings: LLMSettings | None = None,
+                 store: Store | None = None, strategy: StrategyConfig | None = None) -> Proposer:
     """The proposer called ``name`` for (task, target). ``settings``: the llm proposer's `LLMSettings`;
     ``store``: the run's store (the llm proposer logs its calls there and replays them on resume);
     ``strategy``: the run's StrategyConfig.

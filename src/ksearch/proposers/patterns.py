@@ -19,6 +19,7 @@ judge's message in the payload of the node it would have gone under (``payload["
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from ksearch.errors import KnowledgeError
 from ksearch.records import Candidate
@@ -28,6 +29,10 @@ from ksearch.knowledge.pack import FAMILY_KEY, Pack, load_pack
 from ksearch.search.edits import Insert, Update
 from ksearch.search.strategy import SearchState, StrategyConfig, revise
 from ksearch.search.worldmodel import ROOT_ID, PASSING, Action, Impacts, Node, NodeStatus, Tree
+
+if TYPE_CHECKING:
+    from ksearch.hardware.spec import HardwareSpec
+    from ksearch.tasks.loader import Task
 
 
 #: variants of a failed family root inserted at a time; a root whose tried variants (this many or more) all failed
@@ -40,7 +45,9 @@ def _path_key(choices: dict, knobs: dict) -> str:
 
 
 class PatternsProposer:
-    """Proposer for (task, target) from the knowledge pack, filtered to what the hardware supports.
+    """Proposer for (task, target) from the knowledge pack, filtered to what the hardware supports (``hardware``:
+    the device's spec, whose SIMD instruction sets select the pack's variants and whose catalog limits the rendered
+    kernels must pass; None: the whole pack).
 
     Raises:
         KnowledgeError: no pack for this task and target.
@@ -48,7 +55,8 @@ class PatternsProposer:
 
     name = "patterns"
 
-    def __init__(self, task, target: str, hardware, strategy: StrategyConfig | None = None):
+    def __init__(self, task: Task, target: str, hardware: HardwareSpec | None,
+                 strategy: StrategyConfig | None = None):
         self.definition = task.definition
         pack = load_pack(task.name, target)
         flags = list(getattr(hardware, "simd_isa", None) or [])

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -29,6 +30,9 @@ from ksearch.search.edits import apply
 from ksearch.search.strategy import Decision, SearchState, StrategyConfig, decide, update_state
 from ksearch.search.worldmodel import ROOT_ID, EvalSummary, Tree, attach
 from ksearch.store.db import Store
+
+if TYPE_CHECKING:
+    from ksearch.tasks.loader import Task
 
 
 #: the clock of --time-limit (a module attribute, so tests can replace it without touching the time module)
@@ -137,7 +141,7 @@ class Controller:
         progress: called with short status lines during evaluation.
     """
 
-    def __init__(self, store: Store, task, evaluator: Evaluator, proposer: Proposer, cfg: RunConfig,
+    def __init__(self, store: Store, task: Task, evaluator: Evaluator, proposer: Proposer, cfg: RunConfig,
                  progress: Callable[[str], None] | None = None):
         self.store, self.task, self.evaluator, self.proposer, self.cfg = store, task, evaluator, proposer, cfg
         self.progress = progress or (lambda msg: None)

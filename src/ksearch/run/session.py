@@ -13,7 +13,7 @@ import secrets
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from ksearch.errors import BaselineNotForTarget, BaselineUnavailable, SearchError, StoreError, TaskError
 from ksearch.eval.baselines import time_baseline
@@ -41,7 +41,9 @@ HIDDEN_WORKLOADS = 4
 
 
 
-def _lock(directory: Path):
+def _lock(directory: Path) -> TextIO:
+    """The run directory's ``lock`` file, held (flock, exclusive) until it is closed. Raises StoreError when
+    another process holds it."""
     f = open(directory / "lock", "w")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -54,7 +56,7 @@ def _lock(directory: Path):
 class Session:
     """An open run: its store, controller and lock. Use as a context manager (releases the lock)."""
 
-    def __init__(self, store: Store, cfg: RunConfig, progress: Progress | None = None, lock=None):
+    def __init__(self, store: Store, cfg: RunConfig, progress: Progress | None = None, lock: TextIO | None = None):
         self.store, self.cfg = store, cfg
         self.progress = progress or (lambda m: None)
         self.dir = store.path.parent
@@ -144,7 +146,7 @@ class Session:
     def __enter__(self) -> "Session":
         return self
 
-    def __exit__(self, exc_type, *rest) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
         if exc_type is not None:
             try:  # a status already set on the way out (stopped by an llm limit, ...) stays
                 if self.store.run().get("status") in ("running", None):

@@ -8,10 +8,18 @@ them (`StoreReplay`), so resuming after a stop repeats no paid call that was ans
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from ksearch.errors import ConfigError
 from ksearch.llm.base import LLMCall
 from ksearch.llm.settings import LLMSettings
+
+if TYPE_CHECKING:
+    from ksearch.hardware.spec import HardwareSpec
+    from ksearch.proposers.llm.proposer import LLMProposer
+    from ksearch.search.strategy import StrategyConfig
+    from ksearch.store.db import Store
+    from ksearch.tasks.loader import Task
 
 
 class StoreReplay:
@@ -19,7 +27,7 @@ class StoreReplay:
     per prompt in the order they came; the n-th ask of a prompt here gets the n-th of them, and None once they
     are used up (the question then goes out). Calls made by this process are never replayed to it."""
 
-    def __init__(self, store):
+    def __init__(self, store: Store | None):
         self.answers: dict[str, list[LLMCall]] = defaultdict(list)
         for call in (store.llm_calls() if store is not None else []):
             if call.error is None and call.reply is not None and not call.replayed:
@@ -30,7 +38,8 @@ class StoreReplay:
         return queue.pop(0) if queue else None
 
 
-def build_llm_proposer(task, target: str, hardware, settings: LLMSettings, store=None, strategy=None):
+def build_llm_proposer(task: Task, target: str, hardware: HardwareSpec | None, settings: LLMSettings,
+                       store: Store | None = None, strategy: StrategyConfig | None = None) -> LLMProposer:
     """The `LLMProposer` for a run (``store``: its call log, replays and the evidence the coder's debug prompts
     quote; ``strategy``: the run's StrategyConfig). Raises ConfigError (ksearch.errors) for a missing key, command
     or queue directory, an unreadable price table, or a --max-cost on a model without a price."""

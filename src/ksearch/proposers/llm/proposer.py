@@ -46,17 +46,37 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ksearch.errors import ConfigError, KnowledgeError, ReplyError, TaskError
 from ksearch.records import Candidate, Evaluation, Status
 from ksearch.proposers.llm import context as ctx
 from ksearch.llm import untrusted
-from ksearch.llm.base import LLMReply, Message, is_truncated
+from ksearch.llm.base import LLMReply, Message, Role, is_truncated
 from ksearch.proposers.llm.parse import SOURCE_LANGS, Edit, check_edits, extract_code, extract_json_array
 from ksearch.search.edits import Delete, Insert, Split, Update, apply
 from ksearch.search.strategy import SearchState, StrategyConfig, decide, revise
 from ksearch.search.worldmodel import ROOT_ID, Node, NodeStatus, Tree
+
+if TYPE_CHECKING:
+    from ksearch.hardware.spec import HardwareSpec
+    from ksearch.tasks.loader import Task
+
+
+class Asker(Protocol):
+    """What the planner and the coder are asked through: `ksearch.llm.client.LLMClient` (or a test's fake)."""
+
+    def ask(self, role: Role, purpose: str, messages: list[Message], *, model: str, max_tokens: int = 4096,
+            node_id: str | None = None) -> LLMReply: ...
+
+
+class Evidence(Protocol):
+    """Where failed kernels and their evaluations are read: the run's `ksearch.store.db.Store` (or a test's)."""
+
+    def candidate(self, candidate_id: str) -> Candidate | None: ...
+
+    def evaluation_of(self, candidate_id: str) -> Evaluation | None: ...
+
 
 #: largest payload (characters of JSON) of an inserted or updated node; the root's analysis may take more
 PAYLOAD_CHARS = 1200
@@ -107,8 +127,9 @@ class LLMProposer:
 
     name = "llm"
 
-    def __init__(self, task, target: str, hardware, *, planner, coder, planner_model: str, coder_model: str,
-                 context: str = "full", max_fix_rounds: int = 3, evidence=None,
+    def __init__(self, task: Task, target: str, hardware: HardwareSpec | None, *, planner: Asker, coder: Asker,
+                 planner_model: str, coder_model: str, context: str = "full", max_fix_rounds: int = 3,
+                 evidence: Evidence | None = None,
                  strategy: StrategyConfig | None = None, planner_max_tokens: int = 8192,
                  coder_max_tokens: int = 16384):
         if target not in SOURCE_LANGS:
