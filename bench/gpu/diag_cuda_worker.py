@@ -59,10 +59,9 @@ if __name__ == "__main__" and "--workers" not in sys.argv:
 
 def workers():
     """The naive CUDA kernel loaded and called by real workers under each sandbox setting."""
-    import json
-
-    from ksearch.records import Candidate
     from ksearch.jail.sandbox import Policy, Worker
+    from ksearch.protocol import LoadRequest
+    from ksearch.records import Candidate
     from ksearch.targets.cuda import CudaTarget
     from ksearch.tasks import load_task
 
@@ -74,10 +73,9 @@ def workers():
             scratch = Path(tempfile.mkdtemp())
             w = Worker(scratch, Policy(namespaces=ns, seccomp=sec, gpu=True), readable=[built.artifact.parent])
             try:
-                r = w.request({"op": "load", "target": "cuda", "artifact": str(built.artifact),
-                               "candidate": c.model_dump(mode="json"),
-                               "definition": t.definition.model_dump(mode="json"), "id": None}, 120)
-                print(f"namespaces={ns} seccomp={sec}: {json.dumps(r)[:300]}")
+                r = w.request(LoadRequest(target="cuda", artifact=str(built.artifact), candidate=c,
+                                          definition=t.definition.model_dump(mode="json")), 120)
+                print(f"namespaces={ns} seccomp={sec}: {r.model_dump_json()[:300]}")
             except Exception as e:
                 print(f"namespaces={ns} seccomp={sec}: {type(e).__name__}: {e}")
             print("   stderr:", w.stderr_tail()[-1500:].replace("\n", "\n   "))

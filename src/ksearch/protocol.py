@@ -48,9 +48,11 @@ Clock = Literal["controller", "device"]
 
 
 class _Message(BaseModel):
-    """A message on the wire: unknown fields refused (a typo is an error, not a silent default)."""
+    """A message on the wire: unknown fields refused (a typo is an error, not a silent default); non-finite floats
+    written as ``json.dumps`` writes them (``NaN``, ``Infinity``). Validators are built at first use (the worker
+    never builds the reply types: a shorter start)."""
 
-    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants", defer_build=True)
 
 
 # -- arguments ---------------------------------------------------------------------------------------
@@ -184,11 +186,11 @@ class TimedReply(OkReply):
 
 # -- requests ----------------------------------------------------------------------------------------
 
-R = TypeVar("R", bound=Reply)
+ReplyT = TypeVar("ReplyT", bound=Reply)
 
 
-class Request(_Message, Generic[R]):
-    """What every request has: ``op`` (its kind) and ``id`` (random; the reply echoes it). ``R``: its successful
+class Request(_Message, Generic[ReplyT]):
+    """What every request has: ``op`` (its kind) and ``id`` (random; the reply echoes it). ``ReplyT``: its successful
     reply's type (`expects`)."""
 
     op: str

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ksearch.eval.evaluator import EvalConfig, Evaluator
+from ksearch.protocol import LoadReply, LoadRequest
 from ksearch.tasks import load_task
 
 NATIVE = platform.machine() in ("x86_64", "aarch64", "arm64")
@@ -44,14 +45,13 @@ def test_the_worker_says_whether_it_evicts_with_the_library(judge, tmp_path):
     for evict in ([lib] if lib is not None else []) + [None]:
         worker = judge.start_worker(tmp_path / f"w{evict is None}", built.artifact, 1)
         try:
-            reply = worker.request({"op": "load", "target": "cpu", "artifact": str(built.artifact),
-                                    "evict": str(evict) if evict else None,
-                                    "candidate": cand.model_dump(mode="json"),
-                                    "definition": judge.definition.model_dump(mode="json")}, 60.0)
+            reply = worker.request(LoadRequest(target="cpu", artifact=str(built.artifact),
+                                               evict=str(evict) if evict else None, candidate=cand,
+                                               definition=judge.definition.model_dump(mode="json")), 60.0)
         finally:
             worker.close()
-        assert reply["ok"], reply
-        assert reply["evict"] is (evict is not None)
+        assert isinstance(reply, LoadReply), reply
+        assert reply.evict is (evict is not None) and reply.clock == "controller"
     assert lib is not None or not NATIVE
 
 
@@ -75,10 +75,9 @@ def test_a_damaged_library_leaves_the_worker_on_its_buffer(judge, tmp_path):
     junk.write_bytes(b"not a shared object")
     worker = judge.start_worker(tmp_path / "w", built.artifact, 1)
     try:
-        reply = worker.request({"op": "load", "target": "cpu", "artifact": str(built.artifact), "evict": str(junk),
-                                "candidate": cand.model_dump(mode="json"),
-                                "definition": judge.definition.model_dump(mode="json")}, 60.0)
+        reply = worker.request(LoadRequest(target="cpu", artifact=str(built.artifact), evict=str(junk), candidate=cand,
+                                           definition=judge.definition.model_dump(mode="json")), 60.0)
     finally:
         worker.close()
         junk.unlink()
-    assert reply["ok"] and reply["evict"] is False, reply
+    assert isinstance(reply, LoadReply) and reply.evict is False, reply

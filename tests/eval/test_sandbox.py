@@ -14,6 +14,8 @@ from ksearch.jail import jail, jail_fs
 from ksearch.jail.compile_jail import LAUNCHER
 from ksearch.errors import describe_exit
 from ksearch.jail.sandbox import SYSTEM_PATHS, Policy, Worker, policy_argument, scrubbed_env
+from ksearch.protocol import ErrorReply, LoadRequest
+from ksearch.records import Candidate
 
 
 @pytest.fixture
@@ -68,8 +70,9 @@ def test_worker_reports_its_sandbox_and_leaves_no_trace(scratch):
     out = scratch / "out.y"
     out.write_bytes(b"\0" * 16)
     with Worker(scratch, Policy(), writable=[out]) as w:
-        reply = w.request({"op": "load", "target": "none", "artifact": "", "candidate": {}, "definition": {}}, 60)
-        assert reply["ok"] is False  # nothing to load; the sandbox is up all the same
+        nothing = Candidate(target="none", sources={})
+        reply = w.request(LoadRequest(target="none", artifact="", candidate=nothing, definition={}), 60)
+        assert isinstance(reply, ErrorReply)  # nothing to load; the sandbox is up all the same
     # the report comes with successful loads (see the adversarial suite); here: the host is untouched
     assert _mounts() == before and Path("/proc/sys/kernel/pid_max").read_text() == pid_max
 

@@ -3,7 +3,7 @@ of poison, flush, sync and events around each call, input rotation, warm-up, and
 
 from __future__ import annotations
 
-from ksearch.protocol import TimingPlan
+from ksearch.protocol import ArrayRef, ScalarRef, TimingPlan
 from ksearch.targets.gpu_timing import COVER_US, ROTATE, flush_size, rotation_copies, timed_repeats, warm_up
 
 
@@ -66,9 +66,8 @@ def test_warm_up_runs_at_least_the_least():
 
 
 def test_rotation_and_flush_sizes():
-    refs = [{"kind": "array", "shape": [1024], "dtype": "<f4", "writable": False},
-            {"kind": "array", "shape": [1024], "dtype": "<f4", "writable": True},
-            {"kind": "scalar", "value": 3}]
+    refs = [ArrayRef(path="in", shape=(1024,), dtype="<f4", writable=False),
+            ArrayRef(path="out", shape=(1024,), dtype="<f4", writable=True), ScalarRef(value=3)]
     assert rotation_copies(refs, free_bytes=1 << 30) == ROTATE
     assert rotation_copies(refs, free_bytes=4096 * 4) == 2 and rotation_copies(refs, free_bytes=0) == 1
     assert flush_size(TimingPlan(flush_bytes=0), l2_bytes=0) == 1 << 20

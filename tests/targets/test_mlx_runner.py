@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ksearch.errors import KernelCompileError
-from ksearch.protocol import TimingPlan
+from ksearch.protocol import ArgRef, ArrayRef, ScalarRef, TimingPlan
 from ksearch.tasks import load_task
 
 mx = pytest.importorskip("mlx.core")
@@ -38,7 +38,7 @@ def fake_cuda(monkeypatch):
     return calls, state
 
 
-def refs(tmp_path) -> tuple[list[dict], dict]:
+def refs(tmp_path) -> tuple[list[ArgRef], dict]:
     rng = np.random.default_rng(0)
     d = FP16.definition
     axes = {"batch": B, "dim": D, "dstate": N, "seqlen": L}
@@ -46,18 +46,16 @@ def refs(tmp_path) -> tuple[list[dict], dict]:
               "A": -rng.uniform(1, 4, (D, N)), "B": rng.standard_normal((B, N, L)),
               "C": rng.standard_normal((B, N, L)), "D": rng.uniform(0.5, 1.5, D), "z": rng.standard_normal((B, D, L)),
               "delta_bias": rng.uniform(-4, -1, D)}
-    out = []
+    out: list[ArgRef] = []
     for name, spec in d.inputs.items():
         a = arrays[name].astype(spec.dtype)
         a.tofile(tmp_path / name)
-        out.append({"kind": "array", "path": str(tmp_path / name), "dtype": a.dtype.str, "shape": list(a.shape),
-                    "writable": False})
+        out.append(ArrayRef(path=str(tmp_path / name), dtype=a.dtype.str, shape=a.shape, writable=False))
     for name, spec in d.outputs.items():
         shape = d.shape_of(spec, axes)
         np.full(shape, 7, spec.dtype).tofile(tmp_path / name)
-        out.append({"kind": "array", "path": str(tmp_path / name), "dtype": np.dtype(spec.dtype).str,
-                    "shape": list(shape), "writable": True})
-    out += [{"kind": "scalar", "value": axes[a]} for a in d.axes]
+        out.append(ArrayRef(path=str(tmp_path / name), dtype=np.dtype(spec.dtype).str, shape=shape, writable=True))
+    out += [ScalarRef(value=axes[a]) for a in d.axes]
     return out, arrays
 
 

@@ -37,7 +37,7 @@ from ksearch.eval.casedata import CaseData, default_input_cache_bytes, remove_st
 from ksearch.eval.casedata import shared_dir as _shared_dir
 from ksearch.eval.compare import compare
 from ksearch.eval.hidden import draw_hidden_workloads
-from ksearch.protocol import TimingPlan
+from ksearch.protocol import ArgRef, ArrayRef, CallRequest, ErrorReply, LoadRequest, ScalarRef, TimingPlan
 from ksearch.records import Candidate, Evaluation, Status, WorkloadResult
 from ksearch.errors import ExternalKill, ProtocolViolation, WorkerDied, WorkerStopped, WorkerTimeout
 from ksearch.jail.sandbox import Policy, Worker
@@ -391,19 +391,18 @@ class Evaluator:
         return arr
 
     def write_args(self, inputs: dict, in_dir: Path, axes: dict[str, int],
-                   out_dir: Path) -> tuple[list[dict], dict[str, Path]]:
+                   out_dir: Path) -> tuple[list[ArgRef], dict[str, Path]]:
         """ArgRefs of one call in ABI order, with NaN-poisoned output files written to ``out_dir/out.<name>``
         (the files a worker was started with: rewritten in place)."""
         d = self.definition
-        args: list[dict] = []
+        args: list[ArgRef] = []
         for name, spec in d.inputs.items():
             value = inputs[name]
             if spec.shape is None:
-                args.append({"kind": "scalar", "value": value})
+                args.append(ScalarRef(value=value))
                 continue
             path = in_dir / f"in.{name}"
-            args.append({"kind": "array", "path": str(path), "dtype": value.dtype.str,
-                         "shape": list(value.shape), "writable": False})
+            args.append(ArrayRef(path=str(path), dtype=value.dtype.str, shape=value.shape, writable=False))
         outs: dict[str, Path] = {}
         for name, spec in d.outputs.items():
             shape = d.shape_of(spec, axes) or ()
@@ -411,9 +410,8 @@ class Evaluator:
             path = out_dir / f"out.{name}"
             self._poison(shape, dt).tofile(path)
             outs[name] = path
-            args.append({"kind": "array", "path": str(path), "dtype": dt.str, "shape": list(shape),
-                         "writable": True})
-        args += [{"kind": "scalar", "value": int(axes[a])} for a in d.axes]
+            args.append(ArrayRef(path=str(path), dtype=dt.str, shape=tuple(shape), writable=True))
+        args += [ScalarRef(value=int(axes[a])) for a in d.axes]
         return args, outs
 
     def check_inputs(self, inputs: dict, in_dir: Path) -> tuple[Status, str]:
@@ -476,10 +474,10 @@ class Evaluator:
                 0 if self.definition.cost_of(wl).bytes >= 4 * llc else min(2 * llc, FLUSH_CAP_BYTES)
         return self._flush_sizes[key]
 
-    def _call(self, c: Contender, args: list[dict], timeout_s: float) -> tuple[Status, str]:
+    def _call(self, c: Contender, args: list[ArgRef], timeout_s: float) -> tuple[Status, str]:
         """One untimed call. Raises ExternalKill when the worker was killed from outside."""
         try:
-            reply = c.worker.request({"op": "call", "args": args, "timing": None}, timeout_s)
+            reply = c.worker.request(CallRequest(args=args), timeout_s)
         except WorkerStopped as e:
             raise ExternalKill(c.role, str(e)) from None
         except WorkerTimeout:
@@ -490,8 +488,8 @@ class Evaluator:
             return Status.RUNTIME_ERROR, died_message(e)
         except ProtocolViolation as e:
             return Status.REJECTED, str(e)
-        if not reply.get("ok"):
-            return failure_status(reply), reply.get("error", "call failed")
+        if isinstance(reply, ErrorReply):
+            return failure_status(reply), reply.error
         return Status.PASSED, ""
 
     def roofline_of(self, wl: Workload, res: WorkloadResult) -> None:
@@ -555,10 +553,9 @@ class _Session:
         try:
             c.overhead = calibrate(worker)
             evict = judge.evict_library()
-            reply = worker.request({"op": "load", "target": judge.target.name, "artifact": str(artifact),
-                                    "evict": str(evict) if evict is not None else None,
-                                    "candidate": candidate.model_dump(mode="json"),
-                                    "definition": judge.definition.model_dump(mode="json")}, 60.0)
+            reply = worker.request(LoadRequest(target=judge.target.name, artifact=str(artifact),
+                                               evict=str(evict) if evict is not None else None, candidate=candidate,
+                                               definition=judge.definition.model_dump(mode="json")), 60.0)
         except (WorkerDied, WorkerTimeout, ProtocolViolation) as e:
             worker.close()
             if isinstance(e, WorkerStopped) or isinstance(e, WorkerDied) and killed_from_outside(e):
@@ -568,15 +565,15 @@ class _Session:
             return c
         if ev is not None:
             ev.load_s = round((ev.load_s or 0.0) + time.perf_counter() - t_load, 3)
-            ev.sandbox = _sandbox_summary(reply.get("sandbox") or {})
-        if not reply.get("ok"):
+            ev.sandbox = _sandbox_summary(reply.sandbox or {})
+        if isinstance(reply, ErrorReply):
             status = failure_status(reply)  # COMPILE_ERROR: cuda's NVRTC, triton's import
             if status is Status.COMPILE_ERROR and ev is not None:
-                ev.compile_log = str(reply.get("error", ""))
-            c.failure = (status, str(reply.get("error", "load failed")))
+                ev.compile_log = reply.error
+            c.failure = (status, reply.error)
             worker.close()
             return c
-        c.device = bool(reply.get("device"))
+        c.device = reply.device
         c.main_pid = worker_main_pid(worker.proc.pid)
         return c
 

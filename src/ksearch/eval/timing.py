@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ksearch.protocol import TimingPlan
+from ksearch.protocol import (ArgRef, CallRequest, ErrorReply, GoReply, GoRequest, PingRequest, PrepareRequest, Reply,
+                              Request, TimedReply, TimingPlan)
 from ksearch.records import Candidate, Paired, Status
 from ksearch.errors import ExternalKill, ProtocolViolation, WorkerDied, WorkerStopped, WorkerTimeout, describe_exit
 from ksearch.jail.sandbox import Worker
@@ -79,11 +80,10 @@ def died_message(e: WorkerDied) -> str:
     return describe_exit(e.returncode) + (f"\n{tail[-1500:]}" if tail else "")
 
 
-def failure_status(reply: dict) -> Status:
+def failure_status(reply: ErrorReply) -> Status:
     """A failed call's status: RUNTIME_ERROR, unless the worker's runner said COMPILE_ERROR (Triton compiles at
     the first call) or REJECTED (a defense in the worker caught the kernel). Nothing better can be claimed."""
-    status = reply.get("status")
-    return Status(status) if status in (Status.COMPILE_ERROR.value, Status.REJECTED.value) else Status.RUNTIME_ERROR
+    return Status(reply.status) if reply.status is not None else Status.RUNTIME_ERROR
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def calibrate(worker: Worker, timeout_s: float = 10.0) -> Overhead:
     rts = []
     for i in range(PING_WARMUP + PINGS):
         t0 = clock()
-        worker.request({"op": "ping"}, timeout_s)
+        worker.request(PingRequest(), timeout_s)
         if i >= PING_WARMUP:
             rts.append((clock() - t0) * 1e3)
     q = np.percentile(rts, [0, 50, 90])
@@ -355,8 +355,10 @@ class RoundTimer:
     def _fail(self, c: Contender, status: Status, msg: str) -> None:
         c.failure = (status, msg)
 
-    def _request(self, c: Contender, msg: dict, timeout_s: float) -> dict | None:
-        """A request to ``c``'s worker; None (and ``c.failure`` set) when it failed. Raises ExternalKill."""
+    def _request(self, c: Contender, msg: Request, timeout_s: float) -> Reply | None:
+        """A request to ``c``'s worker; its reply, or None (and ``c.failure`` set) when it failed. Raises
+        ExternalKill."""
+        assert c.worker is not None  # a contender without a worker has failed already
         try:
             reply = c.worker.request(msg, timeout_s)
         except WorkerStopped as e:
@@ -372,8 +374,8 @@ class RoundTimer:
         except ProtocolViolation as e:
             self._fail(c, Status.REJECTED, str(e))
             return None
-        if not reply.get("ok"):
-            self._fail(c, failure_status(reply), str(reply.get("error", "timed call failed")))
+        if isinstance(reply, ErrorReply):
+            self._fail(c, failure_status(reply), reply.error)
             return None
         return reply
 
@@ -390,26 +392,26 @@ class RoundTimer:
         except OSError:  # the worker is gone (its request will say so) or the system refuses: unpinned
             pass
 
-    def _cpu_call(self, c: Contender, args: list[dict], timed: bool) -> float | None:
+    def _cpu_call(self, c: Contender, args: list[ArgRef], timed: bool) -> float | None:
         """``prepare`` (the worker maps the inputs and evicts them and the outputs this process just poisoned from the
         caches: see the protocol), then one ``go`` timed by this process's clock; the decided time in ms."""
         if timed:
             self._pin(c)
         flush = self.judge.flush_bytes(self.wl) if self.flush else 0
-        if self._request(c, {"op": "prepare", "args": args, "flush_bytes": flush}, self.timeout_s) is None:
+        if self._request(c, PrepareRequest(args=args, flush_bytes=flush), self.timeout_s) is None:
             return None
         settle(c.main_pid)
         w0, q0 = runqueue_wait_ms(c.main_pid), runqueue_wait_ms(threading.get_native_id())
         t0 = time.perf_counter()
-        reply = self._request(c, {"op": "go"}, self.timeout_s)
+        reply = self._request(c, GoRequest(), self.timeout_s)
         host = (time.perf_counter() - t0) * 1e3
         w1, q1 = runqueue_wait_ms(c.main_pid), runqueue_wait_ms(threading.get_native_id())
-        if reply is None:
+        if not isinstance(reply, GoReply):
             return None
         if not timed:
             return host
-        worker = reply.get("worker_ms")
-        if not isinstance(worker, (int, float)) or not math.isfinite(worker) or worker < 0:
+        worker = reply.worker_ms
+        if not math.isfinite(worker) or worker < 0:
             self._fail(c, Status.REJECTED, f"timing: the worker answered a timed call with {worker!r}")
             return None
         # The worker thread's waits for a CPU are time the call lost to other processes (or to us), and count
@@ -426,23 +428,21 @@ class RoundTimer:
         c.slack_ms.append(waited + (q1 - q0 if None not in (q0, q1) else 0.0))  # for `forged_clock`: lenient
         return decided_ms(host, self.empty_ms, waited)
 
-    def _device_call(self, c: Contender, args: list[dict], warmup_args: list[dict] | None, repeats: int,
+    def _device_call(self, c: Contender, args: list[ArgRef], warmup_args: list[ArgRef] | None, repeats: int,
                      warmup: int) -> float | None:
         """One block of ``repeats`` device-timed calls; the block's median in ms (checked against our clock)."""
         block = self.plan.model_copy(update={"warmup": warmup, "min_repeats": repeats, "max_repeats": repeats,
                                              "min_time_s": 0.0, "flush_bytes": self.judge.flush_bytes(self.wl)})
         budget = self.timeout_s * (warmup + repeats + 2)
         t0 = time.perf_counter()
-        reply = self._request(c, {"op": "call", "args": args, "warmup_args": warmup_args,
-                                  "timing": block.model_dump()}, budget)
+        reply = self._request(c, CallRequest(args=args, warmup_args=warmup_args, timing=block), budget)
         wall_ms = (time.perf_counter() - t0) * 1e3
         if reply is None:
             return None
-        times = reply.get("times_ms")
-        if not isinstance(times, list) or not times or not all(isinstance(t, (int, float)) for t in times):
+        times = reply.times_ms if isinstance(reply, TimedReply) else []
+        if not times:
             self._fail(c, Status.RUNTIME_ERROR, "timing failed: no times in the reply")
             return None
-        times = [float(t) for t in times]
         if min(times) <= 0 or sum(times) > wall_ms * 1.01 + 1.0:
             self._fail(c, Status.REJECTED, f"timing: {len(times)} calls reported {sum(times):.4g} ms in total (min "
                                            f"{min(times):.3g} ms) within {wall_ms:.4g} ms of the judge's clock")

@@ -23,10 +23,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from ksearch import config
 from ksearch.errors import ProtocolViolation, WorkerDied, WorkerError, WorkerStopped, WorkerTimeout
+from ksearch.protocol import ErrorReply, ReplyT, Request, describe, reply_adapter
 from ksearch.jail.jail_fs import DEVICES
 
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES")
@@ -163,6 +164,34 @@ def gpu_device_nodes() -> list[str]:
     return sorted(p for p in glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*") if not os.path.isdir(p))
 
 
+def parse_reply(line: bytes, msg: Request[ReplyT], rid: str) -> ReplyT | ErrorReply:
+    """The reply ``line`` (one line of the worker's reply stream) to ``msg``, sent with id ``rid``: of the request's
+    reply type (`ksearch.protocol.Request.expects`) or an ErrorReply.
+
+    Raises:
+        WorkerDied: the line is no JSON object (garbled).
+        ProtocolViolation: it carries another id (it answers no request: something in the worker wrote it), or is
+            not of the request's reply type (the message names the fields that are wrong).
+    """
+    try:
+        reply = reply_adapter(msg.expects()).validate_json(line)
+        if reply.id == rid:
+            return reply
+        why = ""
+    except ValidationError as e:
+        why = describe(e)
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        raise WorkerDied(None, f"garbled reply: {line[:200]!r}") from None
+    if not isinstance(obj, dict):
+        raise WorkerDied(None, f"garbled reply: {line[:200]!r}")
+    if obj.get("id") != rid:
+        raise ProtocolViolation(f"a reply that answers no request was written to the worker's reply stream: "
+                                f"{line[:200]!r}")
+    raise ProtocolViolation(f"the reply to a {msg.op} request is not of its type ({why}): {line[:200]!r}")
+
+
 class Worker:
     """One sandboxed worker process; use as a context manager so it is always killed.
 
@@ -203,17 +232,20 @@ class Worker:
             return ""
         return data[-limit:].decode(errors="replace").strip()
 
-    def request(self, msg: dict, timeout_s: float) -> dict:
-        """Send one request and wait for its reply.
+    def request(self, msg: Request[ReplyT], timeout_s: float) -> ReplyT | ErrorReply:
+        """Send one request (with a fresh random ``id``) and wait for its reply: the request's reply type
+        (`ksearch.protocol.Request.expects`) or an ErrorReply.
 
         Raises:
             WorkerTimeout: no reply within ``timeout_s`` (the worker is killed).
-            WorkerDied: the worker exited or closed its reply stream.
-            ProtocolViolation: the reply does not carry the request's id (the worker is killed).
+            WorkerDied: the worker exited or closed its reply stream, or wrote a line that is no JSON object
+                (the worker is killed).
+            ProtocolViolation: the reply does not carry the request's id, or is not of the request's reply type
+                (the worker is killed).
         """
         rid = secrets.token_hex(8)
         try:
-            self.proc.stdin.write((json.dumps({**msg, "id": rid}) + "\n").encode())
+            self.proc.stdin.write((msg.model_copy(update={"id": rid}).model_dump_json() + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             self.kill()
@@ -244,18 +276,10 @@ class Worker:
             self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
         try:
-            reply = json.loads(line)
-        except json.JSONDecodeError:
+            return parse_reply(line, msg, rid)
+        except (WorkerDied, ProtocolViolation):
             self.kill()
-            raise WorkerDied(None, f"garbled reply: {line[:200]!r}") from None
-        if not isinstance(reply, dict):
-            self.kill()
-            raise WorkerDied(None, f"garbled reply: {line[:200]!r}")
-        if reply.get("id") != rid:
-            self.kill()
-            raise ProtocolViolation(f"a reply that answers no request was written to the worker's reply stream: "
-                                    f"{line[:200]!r}")
-        return reply
+            raise
 
     def kill(self) -> None:
         """Kill the worker's whole process group and reap it."""

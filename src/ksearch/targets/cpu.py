@@ -15,7 +15,6 @@ under ``$KSEARCH_HOME/cache/cpu/`` by the hash of the sources, flags and compile
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
 import platform
@@ -265,30 +264,15 @@ class CpuTarget:
         return None
 
     def load(self, artifact: Path, candidate: Candidate, definition: Definition):
-        """Inside the worker: the entry point with ctypes argument types set from the definition.
+        """Inside the worker: a `ksearch.targets.cpu_runtime.CpuRunner` (the entry point through ctypes, on the
+        controller's clock).
 
         Raises:
             TargetError: the library does not load or has no such entry point (reported as RUNTIME_ERROR).
         """
-        try:
-            lib = ctypes.CDLL(str(artifact), mode=ctypes.RTLD_LOCAL)
-        except OSError as e:
-            raise TargetError(f"cannot load the built kernel: {e}") from None
-        try:
-            fn = getattr(lib, candidate.entry_point)
-        except AttributeError:
-            raise TargetError(f"the kernel defines no function {candidate.entry_point!r} "
-                              "(C++ sources need extern \"C\")") from None
-        argtypes = []
-        for spec in list(definition.inputs.values()) + list(definition.outputs.values()):
-            if spec.shape is None:
-                argtypes.append(ctypes.c_double if spec.dtype.startswith("float") else ctypes.c_int64)
-            else:
-                argtypes.append(ctypes.c_void_p)
-        argtypes += [ctypes.c_int64] * len(definition.axes)
-        fn.argtypes = argtypes
-        fn.restype = None
-        return fn
+        from ksearch.targets.cpu_runtime import CpuRunner
+
+        return CpuRunner(artifact, candidate.entry_point, definition)
 
 
 #: `CpuTarget.expand` results by content, most recent last

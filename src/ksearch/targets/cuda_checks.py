@@ -21,10 +21,12 @@ Either finding raises `KernelRejected` (REJECTED). What remains is documented in
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 import numpy as np
 
 from ksearch.errors import KernelRejected, PlanError, TargetError
+from ksearch.protocol import ArgRef
 from ksearch.targets.cuda_launch import ResolvedLaunch, resolve
 from ksearch.targets.cuda_runtime import CudaRunner
 
@@ -106,7 +108,7 @@ class CheckedRunner(CudaRunner):
                 raise TargetError(str(e)) from None
         return self._resolved[key]
 
-    def _bind(self, refs: list[dict], copies: int = 1):
+    def _bind(self, refs: Sequence[ArgRef], copies: int = 1):
         sets, outputs, temps, axes = super()._bind(refs, copies)
         self._bound = sets
         self._pristine = {name: a.get() for name, a in sets[0].items() if isinstance(a, self.cp.ndarray) and a.size}

@@ -18,9 +18,13 @@ against the verified last one, so the data cannot differ).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from ksearch.errors import KernelCompileError, PlanError, TargetError
+from ksearch.protocol import ArgRef
+from ksearch.targets.base import DeviceClockRunner
 from ksearch.targets.cuda_launch import LaunchPlan, ResolvedLaunch, resolve, temporary_shape
 from ksearch.targets.cuda_judge_kernels import JudgeKernels
 from ksearch.targets.gpu_timing import rotation_copies, timed_repeats, warm_up
@@ -101,7 +105,7 @@ def compile_module(cp, source: str, options: list[str], names: list[str],
     return [image for image, _ in compiled], functions
 
 
-class CudaRunner:
+class CudaRunner(DeviceClockRunner):
     """One compiled candidate on the current CUDA device.
 
     Args:
@@ -112,8 +116,6 @@ class CudaRunner:
             driver refused to load the compiled module.
         TargetError: CuPy or a device is missing, or compiling failed for a reason that is not the candidate's.
     """
-
-    is_device_runner = True
 
     def __init__(self, source: str, options: list[str], plan: LaunchPlan, definition: Definition):
         try:
@@ -139,11 +141,11 @@ class CudaRunner:
                               f"{e}") from None
         self._resolved: dict[tuple, list[ResolvedLaunch]] = {}
         self.judge = JudgeKernels(cp)  # poisoning, summaries, comparisons: no CuPy JIT kernels per worker
-        self.clock = CupyClock(cp, self.judge)
+        self.device_clock = CupyClock(cp, self.judge)
 
     # -- arguments --------------------------------------------------------------------------------
 
-    def _bind(self, refs: list[dict], copies: int = 1) -> tuple[list[dict], dict, dict, dict[str, int]]:
+    def _bind(self, refs: Sequence[ArgRef], copies: int = 1) -> tuple[list[dict], dict, dict, dict[str, int]]:
         """Device arguments for ArgRefs in ABI order: (input sets, outputs, temporaries, axes).
         Each input set maps every input (and scalar) name to its value; outputs: name -> (device array,
         host path); temporaries: name -> device array."""
@@ -151,21 +153,21 @@ class CudaRunner:
         names = list(d.inputs) + list(d.outputs) + list(d.axes)
         if len(refs) != len(names):
             raise TargetError(f"{len(refs)} arguments for {len(names)} ABI slots {names}")
-        axes = {a: int(ref["value"]) for a, ref in zip(names[-len(d.axes):], refs[-len(d.axes):])} if d.axes else {}
+        axes = {a: int(ref.value) for a, ref in zip(names[-len(d.axes):], refs[-len(d.axes):])} if d.axes else {}
         sets: list[dict] = [{} for _ in range(copies)]
         outputs: dict = {}
         for name, ref in zip(names, refs):
-            if ref["kind"] == "scalar":
+            if ref.kind == "scalar":
                 spec = d.inputs.get(name)
                 is_float = spec is not None and spec.dtype.startswith(("float", "bfloat"))
-                value = np.float64(ref["value"]) if is_float else np.int64(ref["value"])
+                value = np.float64(ref.value) if is_float else np.int64(ref.value)
                 for s in sets:
                     s[name] = value
-            elif ref["writable"]:
-                outputs[name] = (cp.empty(tuple(ref["shape"]), np.dtype(ref["dtype"])), ref["path"])
+            elif ref.writable:
+                outputs[name] = (cp.empty(tuple(ref.shape), np.dtype(ref.dtype)), ref.path)
             else:
-                host = np.fromfile(ref["path"], np.dtype(ref["dtype"]), count=int(np.prod(ref["shape"])))
-                host = host.reshape(tuple(ref["shape"]))
+                host = np.fromfile(ref.path, np.dtype(ref.dtype), count=int(np.prod(ref.shape)))
+                host = host.reshape(tuple(ref.shape))
                 for s in sets:
                     s[name] = cp.asarray(host)
         temps = {}
@@ -219,7 +221,7 @@ class CudaRunner:
         return np.int64(axes[name])
 
     def _sync(self) -> None:
-        self.clock.sync()
+        self.device_clock.sync()
 
     @staticmethod
     def _write_back(outputs: dict) -> None:
@@ -231,7 +233,7 @@ class CudaRunner:
             host.flush()
             del host
 
-    def call(self, refs: list[dict]) -> None:
+    def call(self, refs: Sequence[ArgRef]) -> None:
         """One checked call: inputs up, outputs poisoned, the launches, device synchronized, outputs down."""
         (inputs,), outputs, temps, axes = self._bind(refs)
         launches = self._launches(axes)
@@ -247,18 +249,20 @@ class CudaRunner:
         """[non-finite count, sum of |x| over finite values] of all outputs, as the cpu worker computes it."""
         return self.judge.summary([arr for arr, _ in outputs.values()])
 
-    def timed(self, refs: list[dict], warmup_refs: list[dict] | None, plan) -> tuple[list[float], list[list[float]]]:
+    def timed(self, refs: Sequence[ArgRef], warmup_refs: Sequence[ArgRef] | None,
+              plan) -> tuple[list[float], list[list[float]]]:
         """Warm-up, then timed repeats per ``plan`` (a TimingPlan; the loop: `gpu_timing`). Returns (times in
         ms, output summaries)."""
         (warm_inputs,), warm_out, warm_temps, warm_axes = self._bind(warmup_refs or refs)
         warm_launches = self._launches(warm_axes)
-        warm_up(self.clock, plan, lambda: self._run(warm_launches, warm_inputs, warm_out, warm_temps, warm_axes),
+        warm_up(self.device_clock, plan,
+                lambda: self._run(warm_launches, warm_inputs, warm_out, warm_temps, warm_axes),
                 lambda: self._poison(warm_out, warm_temps))
         del warm_inputs, warm_out, warm_temps
-        sets, outputs, temps, axes = self._bind(refs, rotation_copies(refs, self.clock.free_bytes()))
+        sets, outputs, temps, axes = self._bind(refs, rotation_copies(refs, self.device_clock.free_bytes()))
         launches = self._launches(axes)
         times_ms, sums = timed_repeats(
-            self.clock, plan, self.l2_bytes, len(sets),
+            self.device_clock, plan, self.l2_bytes, len(sets),
             call=lambda i: self._run(launches, sets[i], outputs, temps, axes),
             poison=lambda: self._poison(outputs, temps), summary=lambda: self._summary(outputs))
         self._write_back(outputs)  # the last timed call's outputs: the controller verifies them

@@ -23,9 +23,12 @@ callbacks for its call, its poisoning and its output summary.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Callable, Protocol
 
 import numpy as np
+
+from ksearch.protocol import ArgRef
 
 ROTATE = 3
 #: microseconds of GPU spin before each timed call's start event (launch overhead hidden up to this much)
@@ -74,13 +77,13 @@ class DeviceClock(Protocol):
         """Free device memory, in bytes."""
 
 
-def input_bytes(refs: list[dict]) -> int:
+def input_bytes(refs: Sequence[ArgRef]) -> int:
     """Bytes of the array inputs among ArgRefs (what one more device copy of the inputs costs)."""
-    return sum(int(np.prod(r["shape"])) * np.dtype(r["dtype"]).itemsize
-               for r in refs if r["kind"] == "array" and not r["writable"])
+    return sum(int(np.prod(r.shape)) * np.dtype(r.dtype).itemsize
+               for r in refs if r.kind == "array" and not r.writable)
 
 
-def rotation_copies(refs: list[dict], free_bytes: int) -> int:
+def rotation_copies(refs: Sequence[ArgRef], free_bytes: int) -> int:
     """How many device copies of the timed inputs to rotate through: up to ROTATE, within half the free memory."""
     return max(1, min(ROTATE, int(0.5 * free_bytes) // max(input_bytes(refs), 1)))
 

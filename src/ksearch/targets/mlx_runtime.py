@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
 from ksearch.errors import KernelCompileError, PlanError, TargetError
+from ksearch.protocol import ArgRef
+from ksearch.targets.base import DeviceClockRunner
 from ksearch.targets.gpu_timing import rotation_copies, timed_repeats, warm_up
 from ksearch.targets.mlx import BACKENDS, parse_launch, resolve_launch
 from ksearch.tasks.definition import Definition
@@ -74,7 +77,7 @@ class WallClock:
         return max(total - used, 0) if total else 4 << 30
 
 
-class MlxRunner:
+class MlxRunner(DeviceClockRunner):
     """One MLX custom kernel (a candidate's artifact) on this machine's MLX GPU backend.
 
     Args:
@@ -83,8 +86,6 @@ class MlxRunner:
     Raises:
         TargetError: MLX or the backend is missing; a dtype MLX cannot take from NumPy here (bfloat16).
     """
-
-    is_device_runner = True
 
     def __init__(self, payload: dict, definition: Definition):
         try:
@@ -111,7 +112,7 @@ class MlxRunner:
         self._compiled: set = set()  # resolved launches that have run once (MLX compiled them)
         # NaN init only where every output is a float (integers have no NaN)
         self._float_outputs = all(np.dtype(s.dtype).kind == "f" for s in definition.outputs.values())
-        self.clock = WallClock(mx)
+        self.device_clock = WallClock(mx)
         self.l2_bytes = ASSUMED_CACHE_BYTES
 
     # -- kernel -----------------------------------------------------------------------------------
@@ -131,28 +132,28 @@ class MlxRunner:
 
     # -- arguments --------------------------------------------------------------------------------
 
-    def _bind(self, refs: list[dict], copies: int = 1):
+    def _bind(self, refs: Sequence[ArgRef], copies: int = 1):
         """(input sets: each the MLX inputs in order, output specs: name -> (shape, dtype, host path), axes)."""
         mx, d = self.mx, self.definition
         names = list(d.inputs) + list(d.outputs) + list(d.axes)
         if len(refs) != len(names):
             raise TargetError(f"{len(refs)} arguments for {len(names)} ABI slots {names}")
-        axes = {a: int(ref["value"]) for a, ref in zip(names, refs) if a in d.axes}
+        axes = {a: int(ref.value) for a, ref in zip(names, refs) if a in d.axes}
         sets: list[list] = [[] for _ in range(copies)]
         outputs: dict = {}
         for name, ref in zip(names, refs):
             if name in d.axes:
                 continue
-            if ref["kind"] == "scalar":
-                value = np.asarray(ref["value"], dtype=np.dtype(d.inputs[name].dtype))
+            if ref.kind == "scalar":
+                value = np.asarray(ref.value, dtype=np.dtype(d.inputs[name].dtype))
                 for s in sets:
                     s.append(mx.array(value))
                 continue
-            shape, dtype = tuple(ref["shape"]), np.dtype(ref["dtype"])
-            if ref["writable"]:
-                outputs[name] = (shape, getattr(mx, d.outputs[name].dtype), ref["path"])
+            shape, dtype = tuple(ref.shape), np.dtype(ref.dtype)
+            if ref.writable:
+                outputs[name] = (shape, getattr(mx, d.outputs[name].dtype), ref.path)
                 continue
-            host = np.fromfile(ref["path"], dtype, count=int(np.prod(shape))).reshape(shape)
+            host = np.fromfile(ref.path, dtype, count=int(np.prod(shape))).reshape(shape)
             for s in sets:  # each copy its own MLX buffer
                 s.append(mx.array(host))
         for s in sets:
@@ -203,7 +204,7 @@ class MlxRunner:
             host.flush()
             del host
 
-    def call(self, refs: list[dict]) -> None:
+    def call(self, refs: Sequence[ArgRef]) -> None:
         """One checked call: inputs up, outputs NaN-initialised, the kernel, outputs down."""
         (inputs,), outputs, axes = self._bind(refs)
         launch = self._launch(axes)
@@ -235,15 +236,16 @@ class MlxRunner:
             total += float(np.abs(np.where(finite, x, 0.0)).sum())
         return [bad, total]
 
-    def timed(self, refs: list[dict], warmup_refs: list[dict] | None, plan) -> tuple[list[float], list[list[float]]]:
+    def timed(self, refs: Sequence[ArgRef], warmup_refs: Sequence[ArgRef] | None,
+              plan) -> tuple[list[float], list[list[float]]]:
         """Warm-up (at least one call, so MLX's compile is never timed), then timed repeats per ``plan``
         (`gpu_timing.timed_repeats`). Returns (times in ms, output summaries)."""
         (warm_inputs,), warm_out, warm_axes = self._bind(warmup_refs or refs)
         warm_launch = self._launch(warm_axes)
         warm_args = self._call_args(warm_out, warm_launch, poison=True)
-        warm_up(self.clock, plan, lambda: self._invoke(warm_inputs, warm_launch, warm_args),
+        warm_up(self.device_clock, plan, lambda: self._invoke(warm_inputs, warm_launch, warm_args),
                 lambda: None, least=1)
-        sets, outputs, axes = self._bind(refs, rotation_copies(refs, self.clock.free_bytes()))
+        sets, outputs, axes = self._bind(refs, rotation_copies(refs, self.device_clock.free_bytes()))
         launch = self._launch(axes)
         self._invoke(sets[0], launch, self._call_args(outputs, launch, poison=True))  # compiles, outside the clock
         timed_args = self._call_args(outputs, launch, poison=False)
@@ -252,7 +254,7 @@ class MlxRunner:
         def call(i: int) -> None:
             last[:] = self._invoke(sets[i], launch, timed_args)
 
-        times_ms, sums = timed_repeats(self.clock, plan, self.l2_bytes, len(sets), call=call,
+        times_ms, sums = timed_repeats(self.device_clock, plan, self.l2_bytes, len(sets), call=call,
                                        poison=lambda: self._dirty(outputs), summary=lambda: self._summary(last))
         self._write_back(outputs, last)  # the last timed call's outputs: the controller verifies them
         return times_ms, sums

@@ -33,11 +33,14 @@ import importlib.util
 import os
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from ksearch.errors import CandidateError, KernelCompileError, KernelRejected, TargetError
+from ksearch.protocol import ArgRef
+from ksearch.targets.base import DeviceClockRunner
 from ksearch.targets.gpu_timing import rotation_copies, timed_repeats, torch_spin, warm_up
 from ksearch.tasks.definition import Definition
 
@@ -160,7 +163,7 @@ class TorchClock:
         return int(self._mem_get_info()[0])
 
 
-class TritonRunner:
+class TritonRunner(DeviceClockRunner):
     """One imported candidate module on the current CUDA device.
 
     Args:
@@ -170,8 +173,6 @@ class TritonRunner:
         KernelCompileError: the module does not import, or ``entry`` is not a function in it.
         TargetError: torch, Triton or a CUDA device is missing.
     """
-
-    is_device_runner = True
 
     def __init__(self, artifact: Path, entry: str, definition: Definition, source_name: str = "kernel.py"):
         try:
@@ -186,7 +187,7 @@ class TritonRunner:
         self.device = torch.device("cuda", torch.cuda.current_device())
         props = torch.cuda.get_device_properties(self.device)
         self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0)
-        self.clock = TorchClock(torch, self.device)
+        self.device_clock = TorchClock(torch, self.device)
         self._pinned = [(torch.cuda, "synchronize"), (torch.cuda, "current_stream"), (torch.cuda, "Event"),
                         (torch.cuda.Event, "record"), (torch.cuda.Event, "elapsed_time")]
         self._pinned = [(owner, attr, getattr(owner, attr)) for owner, attr in self._pinned]
@@ -237,7 +238,7 @@ class TritonRunner:
             raise TargetError(f"dtype {dt!r} of {name!r} has no torch equivalent here (supported: {_TORCH_DTYPES})")
         return getattr(self.torch, dt)
 
-    def _bind(self, refs: list[dict], copies: int = 1) -> tuple[list[list], dict]:
+    def _bind(self, refs: Sequence[ArgRef], copies: int = 1) -> tuple[list[list], dict]:
         """Device arguments for ArgRefs in ABI order: (input sets: each the inputs in order, outputs: name ->
         (tensor, host path)). Axes are not passed: ``run`` reads them from the shapes."""
         torch, d = self.torch, self.definition
@@ -249,17 +250,17 @@ class TritonRunner:
         for name, ref in zip(names, refs):
             if name in d.axes:
                 continue
-            if ref["kind"] == "scalar":
+            if ref.kind == "scalar":
                 is_float = self._dtypes[name].startswith(("float", "bfloat"))
                 for s in sets:
-                    s.append(float(ref["value"]) if is_float else int(ref["value"]))
+                    s.append(float(ref.value) if is_float else int(ref.value))
                 continue
-            shape, dtype = tuple(ref["shape"]), self._torch_dtype(name)
-            if ref["writable"]:
-                outputs[name] = (torch.empty(shape, dtype=dtype, device=self.device), ref["path"])
+            shape, dtype = tuple(ref.shape), self._torch_dtype(name)
+            if ref.writable:
+                outputs[name] = (torch.empty(shape, dtype=dtype, device=self.device), ref.path)
                 continue
-            nbytes = int(np.prod(shape)) * np.dtype(ref["dtype"]).itemsize
-            host = torch.from_numpy(np.fromfile(ref["path"], np.uint8, count=nbytes))
+            nbytes = int(np.prod(shape)) * np.dtype(ref.dtype).itemsize
+            host = torch.from_numpy(np.fromfile(ref.path, np.uint8, count=nbytes))
             for s in sets:  # each copy at its own device address
                 s.append(host.to(self.device).view(dtype).reshape(shape))
         return sets, outputs
@@ -315,13 +316,13 @@ class TritonRunner:
             raise KernelRejected(f"{self.source_name} changed the current CUDA stream (the timing events are "
                                  "recorded on the judge's)")
 
-    def call(self, refs: list[dict]) -> None:
+    def call(self, refs: Sequence[ArgRef]) -> None:
         """One checked call: inputs up, outputs poisoned, run(), device synchronized, outputs down."""
         (inputs,), outputs = self._bind(refs)
         self._poison(outputs)
-        self.clock.sync()
+        self.device_clock.sync()
         self._invoke(inputs, outputs)
-        self.clock.sync()
+        self.device_clock.sync()
         self._check()
         self._write_back(outputs)
 
@@ -347,16 +348,18 @@ class TritonRunner:
         self._check()
         return self._summary(outputs)
 
-    def timed(self, refs: list[dict], warmup_refs: list[dict] | None, plan) -> tuple[list[float], list[list[float]]]:
+    def timed(self, refs: Sequence[ArgRef], warmup_refs: Sequence[ArgRef] | None,
+              plan) -> tuple[list[float], list[list[float]]]:
         """Warm-up (at least one call: never time a JIT compile), then timed repeats per ``plan`` (a TimingPlan;
         the loop: `gpu_timing`). Returns (times in ms, output summaries)."""
         (warm_inputs,), warm_out = self._bind(warmup_refs or refs)
-        warm_up(self.clock, plan, lambda: self._invoke(warm_inputs, warm_out), lambda: self._poison(warm_out), least=1)
+        warm_up(self.device_clock, plan, lambda: self._invoke(warm_inputs, warm_out), lambda: self._poison(warm_out),
+                least=1)
         self._check()
         del warm_inputs, warm_out
-        sets, outputs = self._bind(refs, rotation_copies(refs, self.clock.free_bytes()))
+        sets, outputs = self._bind(refs, rotation_copies(refs, self.device_clock.free_bytes()))
         times_ms, sums = timed_repeats(
-            self.clock, plan, self.l2_bytes, len(sets),
+            self.device_clock, plan, self.l2_bytes, len(sets),
             call=lambda i: self._invoke(sets[i], outputs),
             poison=lambda: self._poison(outputs), summary=lambda: self._checked_summary(outputs))
         self._write_back(outputs)  # the last timed call's outputs: the controller verifies them
