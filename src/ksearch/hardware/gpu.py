@@ -114,7 +114,7 @@ def measure_gpu_ceilings(facts: dict, repeats: int = 10) -> dict[str, Measuremen
     src, dst = cp.ones(n4 * 4, cp.float32), cp.empty(n4 * 4, cp.float32)
     blocks = facts["sms"] * 8
     copy_s = _time(cp, lambda: copy4((blocks * 4,), (256,), (src, dst, cp.int64(n4))), repeats)
-    del src, dst
+    src = dst = None  # the device buffers freed (the lambda holds their cells)
     out = cp.empty(blocks * 256, cp.float32)
     threads = blocks * 256
     iters = 1024

@@ -258,7 +258,7 @@ class CudaRunner(DeviceClockRunner):
         warm_up(self.device_clock, plan,
                 lambda: self._run(warm_launches, warm_inputs, warm_out, warm_temps, warm_axes),
                 lambda: self._poison(warm_out, warm_temps))
-        del warm_inputs, warm_out, warm_temps
+        warm_inputs = warm_out = warm_temps = None  # freed before the timed sets bind
         sets, outputs, temps, axes = self._bind(refs, rotation_copies(refs, self.device_clock.free_bytes()))
         launches = self._launches(axes)
         times_ms, sums = timed_repeats(

@@ -356,7 +356,7 @@ class TritonRunner(DeviceClockRunner):
         warm_up(self.device_clock, plan, lambda: self._invoke(warm_inputs, warm_out), lambda: self._poison(warm_out),
                 least=1)
         self._check()
-        del warm_inputs, warm_out
+        warm_inputs = warm_out = None  # freed before the timed sets bind
         sets, outputs = self._bind(refs, rotation_copies(refs, self.device_clock.free_bytes()))
         times_ms, sums = timed_repeats(
             self.device_clock, plan, self.l2_bytes, len(sets),
