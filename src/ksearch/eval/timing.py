@@ -418,14 +418,14 @@ class RoundTimer:
         # only while the kernel cannot have caused them: no more threads than CPUs (a kernel that oversubscribes
         # makes its own protocol thread wait while its other threads compute). Our own thread's waits do not
         # count: it may wait while the worker runs on its CPU (woken there), which loses the call nothing.
-        waited = w1 - w0 if None not in (w0, w1) else 0.0
+        waited = w1 - w0 if w0 is not None and w1 is not None else 0.0
         threads = thread_count(c.main_pid)
         if threads is None or threads > self.cpus:
             waited = 0.0
         c.host_ms.append(host)
         c.worker_ms.append(float(worker))
         c.waits_ms.append(waited)
-        c.slack_ms.append(waited + (q1 - q0 if None not in (q0, q1) else 0.0))  # for `forged_clock`: lenient
+        c.slack_ms.append(waited + (q1 - q0 if q0 is not None and q1 is not None else 0.0))  # for `forged_clock`: lenient
         return decided_ms(host, self.empty_ms, waited)
 
     def _device_call(self, c: Contender, args: list[ArgRef], warmup_args: list[ArgRef] | None, repeats: int,
