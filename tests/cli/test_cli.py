@@ -258,7 +258,7 @@ def test_knowledge_render_refuses_a_name_given_twice():
 
 def test_eval_takes_a_rendered_candidate_json_as_it_is(tmp_path, monkeypatch):
     import ksearch.cli.eval_cmd as eval_cmd
-    import ksearch.hardware.cache as cache
+    import ksearch.targets.base as base
     from ksearch.records import Candidate
 
     judged = []
@@ -271,7 +271,7 @@ def test_eval_takes_a_rendered_candidate_json_as_it_is(tmp_path, monkeypatch):
             judged.append(candidate)
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(cache, "spec_for_target", lambda target: None)
+    monkeypatch.setattr(base, "spec_for_target", lambda target: None)
     monkeypatch.setattr(eval_cmd, "Evaluator", Judge)
     c = tmp_path / "c.json"
     r = runner.invoke(app, ["knowledge", "render", "attention-prefill", "--path", "family=online-tiles", "-o", str(c)])

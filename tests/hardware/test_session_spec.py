@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from ksearch.errors import HardwareError
-from ksearch.hardware import cache
-from ksearch.hardware.cache import spec_for_run
 from ksearch.hardware.cpu import detect_cpu
+from ksearch.targets import base
+from ksearch.targets.base import spec_for_run
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def probes(monkeypatch, here):
         calls.append(target)
         return here.model_copy(update={"memory_bandwidth_gbs": 99.0})
 
-    monkeypatch.setattr(cache, "spec_for_target", fake)
+    monkeypatch.setattr(base, "spec_for_target", fake)
     return calls
 
 
@@ -68,14 +68,14 @@ def test_a_resumed_session_uses_the_runs_spec_and_stores_a_reprobed_one(here, pr
     def refuse(target):
         raise HardwareError("resume must not probe: the run has a trusted spec")
 
-    monkeypatch.setattr(cache, "spec_for_target", refuse)
+    monkeypatch.setattr(base, "spec_for_target", refuse)
     with Session.resume(run_id) as s:
         assert s.hardware.memory_bandwidth_gbs == 42.0 and s.evaluator.hardware is s.hardware
 
     store = Store(run_dir(run_id) / "run.sqlite")
     store.set_hardware(here.model_copy(update={"provisional": "probed under load"}).model_dump(mode="json"))
     store.close()
-    monkeypatch.setattr(cache, "spec_for_target", lambda target: here.model_copy(update={"memory_bandwidth_gbs": 7.0}))
+    monkeypatch.setattr(base, "spec_for_target", lambda target: here.model_copy(update={"memory_bandwidth_gbs": 7.0}))
     with Session.resume(run_id) as s:
         assert s.hardware.memory_bandwidth_gbs == 7.0
     store = Store(run_dir(run_id) / "run.sqlite")

@@ -9,7 +9,7 @@ import types
 import pytest
 
 from ksearch.errors import HardwareError
-from ksearch.hardware import cache
+from ksearch.targets import get_target
 
 
 def fake_mlx(monkeypatch, name: str) -> None:
@@ -25,13 +25,13 @@ def test_mlx_cuda_without_cupy_takes_the_catalog_entry_of_the_gpu(monkeypatch):
 
     monkeypatch.setattr(cuda, "cupy_status", lambda: "cupy not installed")
     fake_mlx(monkeypatch, "NVIDIA H200")
-    spec = cache.spec_for_target("mlx-cuda")
+    spec = get_target("mlx-cuda").hardware_spec()
     assert spec.name == "h200" and spec.memory_bandwidth_gbs == pytest.approx(4800, rel=0.01)
 
 
 def test_mlx_metal_takes_the_catalog_entry_and_names_an_unknown_chip(monkeypatch):
     fake_mlx(monkeypatch, "Apple M2 Max")
-    assert cache.spec_for_target("mlx-metal").name == "m2-max"
+    assert get_target("mlx-metal").hardware_spec().name == "m2-max"
     fake_mlx(monkeypatch, "Apple M9 Hyper")
     with pytest.raises(HardwareError, match="'Apple M9 Hyper' is not in the hardware catalog"):
-        cache.spec_for_target("mlx-metal")
+        get_target("mlx-metal").hardware_spec()

@@ -414,7 +414,7 @@ def test_torch_sdpa_baseline_runs_where_the_run_targets():
 def test_mlx_sdpa_baseline_passes_its_check_and_follows_the_causal_axis(name, workload):
     """mx.fast.scaled_dot_product_attention in an MLX run (here MLX's CPU device where mlx is installed)."""
     pytest.importorskip("mlx.core", reason="mlx not installed")
-    _passes_and_follows_the_causal_axis("mlx-sdpa", name, workload, "mlx", "mlx-cuda")
+    _passes_and_follows_the_causal_axis("mlx-sdpa", name, workload, "mlx-metal", "mlx-cuda")
 
 
 def test_mlx_sdpa_baseline_is_for_mlx_runs_and_needs_mlx(monkeypatch):

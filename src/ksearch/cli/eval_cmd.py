@@ -18,6 +18,7 @@ from ksearch.jail.sandbox import Policy
 from ksearch.eval.timing import Reference
 from ksearch.llm.untrusted import clean
 from ksearch.report.tables import ceilings_lines, evaluation_json, evaluation_table, wide_console
+from ksearch.cli.options import suffixes_help, targets_help
 from ksearch.targets import get_target, resolve_target
 from ksearch.tasks import load_task
 
@@ -26,10 +27,10 @@ console = Console(stderr=True)
 
 def eval_command(
     task: str = typer.Argument(..., help="Built-in task name, task directory or definition file."),
-    kernel: Path = typer.Argument(..., help="Kernel source file (.c/.cpp for cpu, .cu for cuda, .py for triton), or "
-                                  "a candidate JSON (`ksearch knowledge render -o`, a run's best/candidate.json: "
-                                  "its sources, entry point, flags and launch plan as they are)."),
-    target: str = typer.Option("cpu", help="Target that compiles and runs the kernel: cpu, cuda, triton, mlx (mlx-metal or mlx-cuda, whichever this machine has)."),
+    kernel: Path = typer.Argument(..., help=f"Kernel source file ({suffixes_help()}), or a candidate JSON (`ksearch "
+                                  "knowledge render -o`, a run's best/candidate.json: its sources, entry point, flags "
+                                  "and launch plan as they are)."),
+    target: str = typer.Option("cpu", help=f"Target that compiles and runs the kernel: {targets_help()}."),
     workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all)."),
     seeds: int = typer.Option(3, min=1, help="Correctness checks per workload, each on fresh random inputs."),
     seed: int | None = typer.Option(None, min=0, help="Base seed for the inputs (default: fresh random)."),
@@ -64,17 +65,16 @@ def eval_command(
     if given is not None and given.target != target:
         raise TaskError(f"{kernel} is a candidate for target {given.target!r}, not {target!r}: "
                         f"pass --target {given.target}")
-    if target != "cpu":  # a GPU target says what is missing (torch, triton, cupy, a device) before anything runs
-        why = get_target(target).available()
-        if why:
-            raise TargetError(f"target {target!r} is not available here: {why}")
-    from ksearch.hardware.cache import spec_for_target
+    t_ = get_target(target)
+    why = t_.available()  # what is missing (a compiler, torch, triton, cupy, a device) before anything runs
+    if why:
+        raise TargetError(f"target {target!r} is not available here: {why}")
+    from ksearch.targets import base
 
     if not as_json:
         console.print("[dim]hardware: loading the cached spec (first use measures the ceilings, ~10 s)…[/]")
-    hardware = spec_for_target(target)
-    gpu = target in ("cuda", "mlx-cuda", "mlx-metal")
-    plan = _launch_plan(kernel, launch, target) if gpu and given is None else {}
+    hardware = base.spec_for_target(target)
+    plan = _launch_plan(kernel, launch, target) if t_.takes_launch and given is None else {}
     if namespaces not in ("auto", "no-user", "off"):
         raise TaskError(f"--namespaces must be auto, no-user or off, not {namespaces!r}")
     base = secrets.randbits(62) if seed is None else seed
@@ -88,7 +88,7 @@ def eval_command(
 
             ev_ = Evaluator(t, target, hardware, cfg, progress)
             naive_ev, refs = None, []
-            if naive and target in t.naive_sources:  # checked alone, then timed beside the kernel (paired rounds)
+            if naive and t_.naive_candidate(t) is not None:  # checked alone, then timed beside it (paired rounds)
                 naive_ev = ev_.measure_naive(selected, timing=False)
                 if naive_ev.status.passed:
                     refs = [Reference("naive", ev_.naive_candidate())]
@@ -116,8 +116,9 @@ def eval_command(
 
 
 def _launch_plan(kernel: Path, launch: Path | None, target: str = "cuda") -> dict:
-    """The launch plan for a GPU kernel file: ``launch``, else ``<kernel stem>.launch.yaml`` beside it, else {}
-    (the target then reports the missing plan). Raises TaskError for an unreadable or malformed file."""
+    """The launch plan for a kernel file of a target that takes one: ``launch``, else ``<kernel stem>.launch.yaml``
+    beside it, else {} (the target then reports the missing plan). Raises TaskError for an unreadable or
+    malformed file (naming the plan's keys: `Target.launch_keys`)."""
     import yaml
 
     path = launch or kernel.with_name(kernel.name.rsplit(".", 1)[0] + ".launch.yaml")
@@ -128,6 +129,5 @@ def _launch_plan(kernel: Path, launch: Path | None, target: str = "cuda") -> dic
     except (OSError, yaml.YAMLError) as e:
         raise TaskError(f"cannot read launch plan {path}: {' '.join(str(e).split())}") from None
     if not isinstance(data, dict):
-        keys = "grid, threadgroup" if target.startswith("mlx") else "launches, temporaries"
-        raise TaskError(f"launch plan {path} must hold one mapping ({keys})")
+        raise TaskError(f"launch plan {path} must hold one mapping ({get_target(target).launch_keys})")
     return data

@@ -7,6 +7,7 @@ import json
 import typer
 
 from ksearch.knowledge.translation import as_dict, available, load_translation
+from ksearch.targets import target_names
 
 app = typer.Typer(help="The translation layer: concept maps, code patterns and assertions.", no_args_is_help=True)
 
@@ -50,7 +51,7 @@ def show_command(
 @app.command("render")
 def render_command(
     task: str = typer.Argument(..., help="Built-in task name, task directory or definition file."),
-    target: str = typer.Option("cpu", help="The pack's target: cpu, cuda, triton, mlx-metal, mlx-cuda."),
+    target: str = typer.Option("cpu", help=f"The pack's target: {', '.join(target_names())}."),
     path: str = typer.Option("", "--path", help="Choices and knob values, comma-separated, e.g. "
                                                "'family=flash,exp=exp2,masking=split-diagonal,num_stages=3' "
                                                "(a node's path as `ksearch show` prints it; the rest default)."),

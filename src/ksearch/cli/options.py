@@ -49,3 +49,27 @@ def llm_settings(**values):
         first = e.errors()[0]
         where = ".".join(_FLAGS.get(str(x), str(x)) for x in first["loc"])
         refuse(f"{where + ': ' if where else ''}{first['msg'].removeprefix('Value error, ')}")
+
+
+def targets_help() -> str:
+    """The targets ``--target`` takes, for help texts: each concrete one with its summary, each alias with what it
+    stands for (`ksearch.targets.base`: the registry)."""
+    from ksearch.targets import get_target, target_names
+    from ksearch.targets.base import aliases
+
+    alias = aliases()
+    parts = []
+    for name in target_names():
+        if name in alias:
+            parts.append(f"{name} ({' or '.join(alias[name])}, whichever this machine has)")
+        else:
+            parts.append(f"{name} ({get_target(name).summary})")
+    return "; ".join(parts)
+
+
+def suffixes_help() -> str:
+    """The source file suffixes of every concrete target, for help texts (``.c/.cpp/... for cpu; ...``)."""
+    from ksearch.targets import get_target, target_names
+    from ksearch.targets.base import aliases
+
+    return "; ".join(f"{'/'.join(get_target(n).source_suffixes)} for {n}" for n in target_names() if n not in aliases())

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ksearch.cli.options import TIME_LIMIT_HELP, llm_settings, positive_seconds, refuse
+from ksearch.cli.options import TIME_LIMIT_HELP, llm_settings, positive_seconds, refuse, targets_help
 from ksearch.errors import LLMBudgetExhausted, LLMError, LLMUnavailable
 from ksearch.llm.settings import infer_backend
 from ksearch.records import FinalReport
@@ -22,6 +22,7 @@ from ksearch.run.session import Session
 from ksearch.search.strategy import StrategyConfig
 from ksearch.store.runs import list_runs, open_run
 from ksearch.targets import get_target, resolve_target
+from ksearch.targets.base import OfflineChecks
 
 err = wide_console(stderr=True)
 
@@ -137,10 +138,8 @@ def _print_summary(session: Session, report: FinalReport, as_json: bool) -> None
 
 def run_command(
     task: str = typer.Argument("selective-scan", help="Built-in task name, task directory or definition file."),
-    target: str = typer.Option("cpu", help="Where kernels run: cpu, cuda (CUDA C++ on an NVIDIA GPU, through "
-                                            "CuPy), triton (Triton kernels on an NVIDIA GPU, through torch), mlx "
-                                            "(MLX custom kernels: mlx-metal on Apple GPUs, mlx-cuda through MLX's "
-                                            "CUDA backend; docs/mlx-target.md)."),
+    target: str = typer.Option("cpu", help=f"Where kernels run: {targets_help()} (docs/cuda-target.md, "
+                                            "docs/triton-target.md, docs/mlx-target.md)."),
     budget: int = typer.Option(40, min=1, help="Candidate evaluations to spend (the naive baseline not counted)."),
     seed: int = typer.Option(0, help="Seed of the strategy's tie breaks and the correctness inputs."),
     proposer: str = typer.Option("", help="Who writes edits and kernels: patterns (offline, from the knowledge "
@@ -213,10 +212,11 @@ def run_command(
     else:
         proposer = proposer or "patterns"
     target = resolve_target(target)
-    if target == "mlx-metal" and proposer == "patterns":
+    offline = get_target(target).checks_without_device
+    if offline is not None and proposer == "patterns":
         why = get_target(target).available()
         if why:
-            _metal_without_device(task, names, why)
+            _checked_without_device(task, target, offline, names, why)
     cfg = RunConfig(task=task, target=target, budget=budget, seed=seed, proposer=proposer, timeout_s=timeout,
                     workloads=names, llm=llm,
                     strategy=StrategyConfig(seed=seed, stagnation_window=stagnation))
@@ -224,25 +224,28 @@ def run_command(
         _drive(session, as_json, time_limit)
 
 
-def _metal_without_device(task: str, names: list[str] | None, why: str) -> None:
-    """``--target mlx-metal`` where MLX has no Metal device: generate and statically check what the search would
-    start from (`ksearch.search.static_pass`), print it, then stop (exit 2) saying the judge needs an Apple GPU."""
+def _checked_without_device(task: str, target: str, offline: OfflineChecks, names: list[str] | None,
+                            why: str) -> None:
+    """A target whose device is absent here and whose ``checks_without_device`` says so (``--target mlx-metal``
+    where MLX has no Metal device): generate and statically check what the search would start from
+    (`ksearch.search.static_pass`), print it, then stop (exit 2) saying what the judge needs."""
     from ksearch.search.static_pass import check_candidates
     from ksearch.tasks import load_task
 
     t = load_task(task)
-    checked = check_candidates(t, "mlx-metal", names)
+    checked = check_candidates(t, target, names)
     out = wide_console()
-    table = Table(title=f"{t.name} · mlx-metal · candidates checked without a Metal device", title_justify="left")
+    table = Table(title=f"{t.name} · {target} · candidates checked without a {offline.kernels} device",
+                  title_justify="left")
     for col in ("candidate", "files", "compile step, static rules and limits, launches"):
         table.add_column(col)
     for c in checked:
         table.add_row(c.label, ", ".join(sorted(c.candidate.sources)), "ok" if c.problem is None else c.problem)
     out.print(table)
     bad = sum(c.problem is not None for c in checked)
-    refuse(f"{len(checked)} Metal candidates generated, {len(checked) - bad} pass every check made before a device "
-           f"is needed ({bad} do not). Judging them needs an Apple GPU with MLX: {why}. No run was created; on a Mac "
-           f"run `ksearch run {task} --target mlx`.")
+    refuse(f"{len(checked)} {offline.kernels} candidates generated, {len(checked) - bad} pass every check made "
+           f"before a device is needed ({bad} do not). Judging them needs {offline.device}: {why}. No run was "
+           f"created; {offline.elsewhere.format(task=task)}.")
 
 
 def resume_command(

@@ -11,7 +11,12 @@ candidates are timed), which then replaces the host wall clock (that would add l
 None: the host wall clock is the time. A baseline whose dependencies are missing raises ``BaselineUnavailable``
 (say why); one that fails while it runs is a RUNTIME_ERROR of that workload, not an exception. The module sees
 ``BaselineUnavailable``, ``BaselineNotForTarget`` (its subclass for a baseline meant for other targets' runs),
-``CONST_AXES`` (the definition's const axes: name -> value) and ``TARGET`` (the run's target) as globals.
+``CONST_AXES`` (the definition's const axes: name -> value), ``TARGET`` (the run's target, for messages) and what
+that target answers for baselines (`ksearch.targets.base.Target`): ``TORCH_DEVICE`` (the torch device a framework
+baseline runs on: ``cuda`` where the run's kernels run on an NVIDIA GPU, else ``cpu``) and ``RUNS_MLX`` (whether
+the run's kernels run through MLX), plus ``TORCH_SPIN`` (`ksearch.targets.gpu_timing.torch_spin`: the judge's GPU
+launch cover, for a baseline timed by CUDA events as the candidates are) as globals: a baseline is task data and
+imports nothing above ``ksearch.tasks``.
 """
 
 from __future__ import annotations
@@ -23,11 +28,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ksearch.errors import BaselineNotForTarget, BaselineUnavailable, TaskError
+from ksearch.errors import BaselineNotForTarget, BaselineUnavailable, TargetError, TaskError
 from ksearch.eval.compare import compare
 from ksearch.protocol import TimingPlan
 from ksearch.records import Status, WorkloadResult
 from ksearch.eval.stats import summarize_times
+from ksearch.targets import get_target, resolve_target
+from ksearch.targets.base import aliases
+from ksearch.targets.gpu_timing import torch_spin
 from ksearch.tasks.inputs import make_inputs
 from ksearch.tasks.loader import Task
 from ksearch.tasks.reference import run_reference
@@ -38,17 +46,27 @@ if TYPE_CHECKING:
 
 def load_baseline_module(task: Task, name: str, target: str = "cpu") -> dict:
     """The namespace of a task's baseline (``run``, optionally ``prepare``); ``target``: the run's target, which
-    the module sees as ``TARGET`` (a baseline with a GPU path uses it only for GPU targets, so a cpu run is
-    compared with a CPU baseline). Raises TaskError for an unknown or broken baseline, BaselineUnavailable (from
-    the module) when it cannot run here."""
+    the module sees as ``TARGET`` with its answers ``TORCH_DEVICE`` and ``RUNS_MLX`` (a baseline with a GPU path
+    takes it only where the run's kernels run on the GPU, so a cpu run is compared with a CPU baseline). Raises
+    TaskError for an unknown or broken baseline or an unknown target, BaselineUnavailable (from the module) when it
+    cannot run here, or when ``target`` is an alias with nothing to stand for here."""
     if name not in task.baseline_sources:
         raise TaskError(f"task {task.name!r} has no baseline {name!r}; known: {sorted(task.baseline_sources)}")
+    try:
+        t = get_target(resolve_target(target))
+    except TargetError as e:
+        if target in aliases():
+            raise BaselineUnavailable(str(e)) from None
+        raise TaskError(str(e)) from None
     namespace: dict = {}
     namespace["BaselineUnavailable"] = BaselineUnavailable
     namespace["BaselineNotForTarget"] = BaselineNotForTarget
     # the definition's const axes (e.g. attention's causal), so one baseline file can serve sibling tasks
     namespace["CONST_AXES"] = {n: a.value for n, a in task.definition.axes.items() if a.type == "const"}
     namespace["TARGET"] = target
+    namespace["TORCH_DEVICE"] = t.torch_device
+    namespace["RUNS_MLX"] = t.runs_mlx
+    namespace["TORCH_SPIN"] = torch_spin
     try:
         exec(compile(task.baseline_sources[name], f"<baseline {name}>", "exec"), namespace)  # noqa: S102
     except BaselineUnavailable:

@@ -57,8 +57,6 @@ BUSY_CALLS = 2
 #: the shortest window a load reading decides on (the kernel counts CPU time in 10 ms ticks)
 MIN_LOAD_WINDOW_S = 0.25
 
-#: targets whose worker needs the GPU (Policy.gpu; namespaces and seccomp off, see `_start_worker`)
-GPU_TARGETS = ("cuda", "triton", "mlx-cuda", "mlx-metal")
 #: the most a worker without the eviction library writes to evict the caches before a timed cpu call (256 MiB)
 FLUSH_CAP_BYTES = 256 << 20
 
@@ -164,9 +162,9 @@ class Evaluator:
         return None
 
     def _replenish(self, artifact: Path | None, n: int) -> None:
-        """Start spares until ``n`` wait for builds in ``artifact``'s directory (cpu target only: GPU workers'
-        time goes to loading the kernel, which no spare can do ahead)."""
-        if artifact is None or self.target.name in GPU_TARGETS or not self.config.spare_workers:
+        """Start spares until ``n`` wait for builds in ``artifact``'s directory (targets whose
+        ``spare_workers`` says so: a GPU worker's time goes to loading the kernel, which no spare can do ahead)."""
+        if artifact is None or not self.target.spare_workers or not self.config.spare_workers:
             return
         key = (Path(artifact).parent, self.data.root())
         stale = [sp for sp in self._spares if (sp[0], sp[1]) != key or sp[3].proc.poll() is not None]
@@ -192,12 +190,12 @@ class Evaluator:
     # -- the naive baseline -------------------------------------------------------------------------
 
     def naive_candidate(self) -> Candidate:
-        """The task's naive kernel for this target. Raises KeyError when the task ships none."""
-        source = self.task.naive_sources[self.target.name]
-        name = {"cuda": "kernel.cu", "triton": "kernel.py", "mlx-cuda": "kernel.cu",
-                "mlx-metal": "kernel.metal"}.get(self.target.name, "kernel.c")
-        launch = getattr(self.task, "naive_launch", {}).get(self.target.name, {})
-        return Candidate(target=self.target.name, sources={name: source}, launch=launch, meta={"role": "naive"})
+        """The task's naive kernel for this target (`Target.naive_candidate`). Raises KeyError when the task
+        ships none (and the target derives none)."""
+        candidate = self.target.naive_candidate(self.task)
+        if candidate is None:
+            raise KeyError(f"task {self.task.name!r} has no naive kernel for target {self.target.name!r}")
+        return candidate
 
     def measure_naive(self, workloads: list[Workload], timing: bool | str = True) -> Evaluation:
         """Evaluate the naive kernel on these workloads and remember its median times for speedups."""
@@ -244,7 +242,7 @@ class Evaluator:
                         hardware=getattr(self.hardware, "name", "") or "", status=Status.PASSED)
         if self.config.static_checks:
             self.progress(f"static checks {candidate.id}")
-            findings = static_checks.check(candidate, static_checks.rules_for(self.target.name),
+            findings = static_checks.check(candidate, static_checks.rules_for(self.target.rule_family),
                                            getattr(self.target, "expand", None))
             if findings:
                 more = f"; also: {', '.join(sorted({f.rule for f in findings[1:]}))}" if len(findings) > 1 else ""
@@ -257,7 +255,7 @@ class Evaluator:
             ev.status, ev.message = Status.COMPILE_ERROR, built.log
             return ev
         if self.config.static_checks:  # what the built library links and runs at load (the robust layer)
-            findings = static_checks.check_artifact(self.target.name, built.artifact, candidate)
+            findings = static_checks.check_artifact(self.target.rule_family, built.artifact, candidate)
             if findings:
                 more = f"; also: {', '.join(sorted({f.rule for f in findings[1:]}))}" if len(findings) > 1 else ""
                 ev.status, ev.message = Status.REJECTED, f"{findings[0]}{more}"
@@ -299,13 +297,14 @@ class Evaluator:
         for path in outs:
             path.touch()
         policy = self.config.sandbox
-        if self.target.name in GPU_TARGETS and not policy.gpu:  # the worker must reach the GPU's device nodes
+        if self.target.needs_gpu and not policy.gpu:  # the worker must reach the GPU's device nodes
             # Measured on the H200 (2026-11-29, bench/gpu/diag_cuda_worker.py --workers): CUDA initialises
             # only with the namespaces off AND seccomp off (either one alone gives cudaErrorOperatingSystem
             # at cudaGetDevice). Until the jail learns what the driver needs, GPU workers run with rlimits, a
             # scrubbed environment, no capabilities and no new privileges only (docs/evaluation.md). triton
             # needs seccomp off regardless: Triton's JIT runs ptxas and the C compiler as subprocesses.
-            policy = policy.model_copy(update={"gpu": True, "namespaces": "off", "seccomp": False})
+            policy = policy.model_copy(update={"gpu": True, "namespaces": "off", "seccomp": False,
+                                               "gpu_devices": self.target.gpu_devices, "gpu_env": self.target.gpu_env})
         if policy.cpu_s is None:
             policy = policy.model_copy(update={"cpu_s": self._cpu_limit_s(n_workloads)})
         evict = self.evict_library()

@@ -120,6 +120,9 @@ class Rule(BaseModel):
     #: the resolved limit (filled in from the rule file's ``limits`` table when the rules load)
     limit_value: int | None = None
     limit_source: str = ""
+    #: the rule family (file) the rule comes from, filled in when the rules load (an included file's rules keep
+    #: theirs): the language its limit measures read sizes in (`vector3_padded`)
+    dialect: str = ""
 
     def __init__(self, **data):
         if "in" in data:
@@ -210,7 +213,7 @@ def _rule_file(target: str) -> tuple[tuple[Rule, ...], dict[str, Limit]]:
         limits = {**base_limits, **{k: Limit(**v).resolved() for k, v in (data.get("limits") or {}).items()}}
         rules = list(base_rules)
         for r in data.get("rules", []):
-            rule = Rule(**r)
+            rule = Rule(**r).model_copy(update={"dialect": target})
             if rule.limit is not None:
                 if rule.limit not in limits:
                     raise ValueError(f"rule {rule.id!r} names limit {rule.limit!r}, not in the limits table "
@@ -223,14 +226,32 @@ def _rule_file(target: str) -> tuple[tuple[Rule, ...], dict[str, Limit]]:
         raise TargetError(f"static rules {path} are malformed: {e}") from None
 
 
-def rules_for(target: str) -> tuple[Rule, ...]:
-    """The rules of a target (empty when it has no rule file). Raises TargetError on a malformed file."""
-    return _rule_file(target)[0]
+@lru_cache(maxsize=8)
+def vector3_padded(family: str) -> bool:
+    """Whether three-element vector types take four elements' room in rule family ``family``'s language
+    (Metal's float3 / half3; packed_float3 does not): its rule file's top-level ``vector3_padded``, inherited
+    through ``include``; False for a family without a file."""
+    path = RULES_DIR / f"{family}.yaml"
+    if not family or not path.is_file():
+        return False
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise TargetError(f"static rules {path} are malformed: {e}") from None
+    if "vector3_padded" in data:
+        return bool(data["vector3_padded"])
+    return vector3_padded(str(data["include"])) if data.get("include") else False
 
 
-def limits_for(target: str) -> dict[str, Limit]:
-    """The hard limits a target's rule file declares (``limits``: name -> value and source)."""
-    return dict(_rule_file(target)[1])
+def rules_for(family: str | None) -> tuple[Rule, ...]:
+    """The rules of a rule family (``static_rules/<family>.yaml``; a target names its own: `Target.rule_family`):
+    empty when there is no such file or ``family`` is None. Raises TargetError on a malformed file."""
+    return _rule_file(family)[0] if family else ()
+
+
+def limits_for(family: str | None) -> dict[str, Limit]:
+    """The hard limits a rule family's file declares (``limits``: name -> value and source)."""
+    return dict(_rule_file(family)[1]) if family else {}
 
 
 # -- views ------------------------------------------------------------------------------------------------
@@ -380,17 +401,18 @@ def _original_line(source: str, line_no: int) -> str:
     return lines[line_no - 1] if 0 < line_no <= len(lines) else ""
 
 
-def check_artifact(target: str, artifact: Path, candidate: Candidate) -> list[Finding]:
-    """What the built library ``artifact`` of ``candidate`` links and runs at load, against the target's
-    symbol policy (``static_rules/<target>.symbols.yaml``, `linked_symbols`): the undefined dynamic symbols,
+def check_artifact(target: str | None, artifact: Path, candidate: Candidate) -> list[Finding]:
+    """What the built library ``artifact`` of ``candidate`` links and runs at load, against the symbol policy of
+    rule family ``target`` (`Target.rule_family`; ``static_rules/<target>.symbols.yaml``, `linked_symbols`; None:
+    no policy): the undefined dynamic symbols,
     the libraries, the load-time entries and the layout. Call it after a successful compile, before the
     library is loaded. Returns the findings (kind ``artifact``), [] when all pass or the target has no policy;
     a file that cannot be parsed as ELF is one finding (rule ``binary-layout``). Raises TargetError when the
     policy file is malformed, OSError when the artifact cannot be read at all."""
     from ksearch.eval import linked_symbols
 
-    policy = linked_symbols.policy_for(target)
-    if policy is None:
+    policy = linked_symbols.policy_for(target) if target else None
+    if policy is None or target is None:
         return []
     try:
         facts = linked_symbols.read_elf(Path(artifact))

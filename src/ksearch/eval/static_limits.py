@@ -52,8 +52,12 @@ _QUALIFIERS = re.compile(r"\b(static|extern|volatile|const|constexpr|__restrict_
                          r"\b(__align__|alignas|__attribute__)\s*\((?:[^()]|\([^()]*\))*\)|\[\[[^\]]*\]\]")
 
 
-def type_bytes(type_name: str, target: str, aliases: dict[str, str] | None = None) -> int | None:
-    """Bytes of one element of ``type_name`` (None when unknown, e.g. a template parameter)."""
+def type_bytes(type_name: str, family: str, aliases: dict[str, str] | None = None) -> int | None:
+    """Bytes of one element of ``type_name`` in rule family ``family``'s language (None when unknown, e.g. a
+    template parameter): a three-element vector takes four elements' room where the family's rule file says
+    ``vector3_padded`` (Metal; `static_checks.vector3_padded`)."""
+    from ksearch.eval.static_checks import vector3_padded
+
     t = " ".join(type_name.replace("std::", "").split())
     for _ in range(4):  # typedef chains
         if aliases and t in aliases:
@@ -63,7 +67,7 @@ def type_bytes(type_name: str, target: str, aliases: dict[str, str] | None = Non
     m = _VECTOR.match(t)
     if m:
         base, n = _BASE_BYTES[m.group("base")], int(m.group("n"))
-        if n == 3 and target == "metal" and not m.group("base").startswith("packed"):
+        if n == 3 and vector3_padded(family) and not m.group("base").startswith("packed"):
             n = 4  # Metal's float3 / half3 are padded to four elements; packed_float3 is not
         if n == 2 and m.group("base") == "__half":
             return 4
@@ -245,31 +249,27 @@ def _split_top(s: str) -> list[str]:
 
 # -- limits of a device ------------------------------------------------------------------------------------
 
-#: the static rule file whose limits apply to a target's kernels: Triton kernels run on the NVIDIA GPU and hit
-#: its per-block limits (as "out of resource" at compile time); mlx-metal runs Metal source, mlx-cuda CUDA
-LIMIT_RULES = {"cpu": "cpu", "cuda": "cuda", "triton": "cuda", "metal": "metal", "mlx-metal": "metal", "mlx-cuda": "cuda"}
-
-
-def device_limit_rules(target: str, hardware=None) -> list["Rule"]:
-    """The limit rules (those with a ``measure``) that apply to ``target``'s kernels on ``hardware``.
+def device_limit_rules(family: str | None, hardware=None) -> list["Rule"]:
+    """The limit rules (those with a ``measure``) of rule family ``family`` (the family whose limits a target's
+    kernels hit: `ksearch.targets.base.Target.limit_family`; triton's is cuda) on ``hardware``.
 
     Each rule's limit comes from the hardware catalog: the entry ``hardware`` is (found by its ``name``, then its
     ``model``; `ksearch.hardware.catalog.find`) when the catalog has it, else the rule file's reference entry
     (``limits`` table of ``eval/static_rules/<file>.yaml``, `static_checks.Limit.resolved`). ``hardware``: a
-    HardwareSpec, a catalog name, or None (the reference device). [] for a target without limit rules (cpu).
+    HardwareSpec, a catalog name, or None (the reference device). [] for a family without limit rules (cpu), or
+    None.
     """
     from ksearch.eval.static_checks import limits_for, rules_for
     from ksearch.hardware import catalog
 
-    rules_target = LIMIT_RULES.get(target, target)
-    rules = [r for r in rules_for(rules_target) if r.measure]
+    rules = [r for r in rules_for(family) if r.measure]
     if not rules or hardware is None:
         return rules
     names = [hardware] if isinstance(hardware, str) else [getattr(hardware, "name", ""), getattr(hardware, "model", "")]
     entry = next((e for e in (catalog.find(n) for n in names if n) if e is not None), None)
     if entry is None:
         return rules
-    table = limits_for(rules_target)
+    table = limits_for(family)
     out = []
     for rule in rules:
         lim = table.get(rule.limit or "")
@@ -288,9 +288,6 @@ def device_limit_rules(target: str, hardware=None) -> list["Rule"]:
 # -- the measures -------------------------------------------------------------------------------------------
 
 
-def _target_of(rule: "Rule", candidate: "Candidate") -> str:
-    return "metal" if rule.keyword == "threadgroup" or candidate.target in ("metal", "mlx-metal") else \
-        "cuda" if candidate.target == "mlx-cuda" else candidate.target
 
 
 def _launch_consts(candidate: "Candidate") -> dict[str, int]:
@@ -309,8 +306,9 @@ def _launch_consts(candidate: "Candidate") -> dict[str, int]:
 
 
 def _mlx_shared(candidate: "Candidate") -> list[dict]:
-    """An mlx-cuda launch's dynamic ``shared_memory``, in the shape of a cuda launch (kernel None: the body)."""
-    if candidate.target != "mlx-cuda" or not isinstance(candidate.launch, dict):
+    """An MLX launch's dynamic ``shared_memory`` (mlx-cuda's; a cuda plan has none at its top level), in the shape
+    of a cuda launch (kernel None: the body)."""
+    if not isinstance(candidate.launch, dict) or "shared_memory" not in candidate.launch:
         return []
     return [{"kernel": None, "shared_bytes": candidate.launch.get("shared_memory", 0)}]
 
@@ -341,14 +339,14 @@ def _joined(lines: "Lines") -> tuple[str, list[int]]:
 
 
 def _group_memory(rule: "Rule", candidate: "Candidate", code_view: dict[str, "Lines"]) -> list["Finding"]:
-    target, limit = _target_of(rule, candidate), rule.limit_value or 0
+    family, limit = rule.dialect, rule.limit_value or 0
     findings = []
     for name, lines in code_view.items():
         if name.endswith(".py"):
             continue
         code, numbers = _joined(lines)
-        consts, aliases = constants(code, target, _launch_consts(candidate))
-        decls, spans = declarations(code, rule.keyword or "", target, consts, aliases)
+        consts, aliases = constants(code, family, _launch_consts(candidate))
+        decls, spans = declarations(code, rule.keyword or "", family, consts, aliases)
         if not decls:
             continue
         decls = [d for d in decls if 0 < d.line <= len(numbers)]
@@ -365,7 +363,7 @@ def _group_memory(rule: "Rule", candidate: "Candidate", code_view: dict[str, "Li
                 for launch in _launches(candidate) + _mlx_shared(candidate):
                     if fn and launch.get("kernel") not in (fn, None):
                         continue
-                    v = evaluate(str(launch.get("shared_bytes", 0)), consts, target, aliases)
+                    v = evaluate(str(launch.get("shared_bytes", 0)), consts, family, aliases)
                     dyn = max(dyn, v or 0)
             total = static + dyn
             if total > limit and (worst is None or total > worst[0]):
@@ -386,17 +384,17 @@ _BOUNDS = re.compile(r"\b(?:__launch_bounds__|max_total_threads_per_threadgroup)
 
 
 def _group_threads(rule: "Rule", candidate: "Candidate", code_view: dict[str, "Lines"]) -> list["Finding"]:
-    target, limit = _target_of(rule, candidate), rule.limit_value or 0
+    family, limit = rule.dialect, rule.limit_value or 0
     findings = []
     all_consts: dict[str, int] = _launch_consts(candidate)
     for name, lines in code_view.items():
         if name.endswith(".py"):
             continue
         code, numbers = _joined(lines)
-        consts, aliases = constants(code, target, _launch_consts(candidate))
+        consts, aliases = constants(code, family, _launch_consts(candidate))
         all_consts.update(consts)
         for m in _BOUNDS.finditer(code):
-            v = evaluate(m.group(1), consts, target, aliases)
+            v = evaluate(m.group(1), consts, family, aliases)
             if v is not None and v > limit:
                 idx = code.count("\n", 0, m.start())
                 findings.append(_finding(rule, candidate, name, numbers[idx] if idx < len(numbers) else idx + 1,
@@ -408,7 +406,7 @@ def _group_threads(rule: "Rule", candidate: "Candidate", code_view: dict[str, "L
     for where, dims in sizes:
         if not isinstance(dims, (list, tuple)) or not dims:
             continue
-        values = [evaluate(str(x), all_consts, target) for x in dims]
+        values = [evaluate(str(x), all_consts, family) for x in dims]
         if any(v is None for v in values):
             continue  # depends on the workload's axes: the launch itself checks it
         n = math.prod(values)

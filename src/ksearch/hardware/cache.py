@@ -111,68 +111,40 @@ def provisional_spec(fingerprint: str) -> HardwareSpec | None:
     return _provisional.get((str(hardware_dir()), fingerprint))
 
 
-def spec_for_target(target: str) -> HardwareSpec:
-    """The spec a target's roofline comes from: the local GPU's for ``cuda``, ``triton`` and ``mlx-cuda``
-    (measured with CuPy probes; mlx-cuda without CuPy: the hardware catalog's figures for the GPU MLX names),
-    the catalog's for ``mlx-metal`` (the Apple GPU MLX names), else the local CPU's (measured once, then cached).
-    Raises HardwareError (or TargetError for cuda/triton without CuPy) naming what is missing."""
-    if target in ("cuda", "triton"):
-        from ksearch.hardware.gpu import load_or_measure_gpu
-
-        return load_or_measure_gpu()
-    if target == "mlx-cuda":
-        from ksearch.targets.cuda import cupy_status
-
-        if cupy_status() is None:  # the same NVIDIA GPU, probed through CuPy: measured ceilings
-            from ksearch.hardware.gpu import load_or_measure_gpu
-
-            return load_or_measure_gpu()
-        return _mlx_catalog_spec("NVIDIA GPU")
-    if target == "mlx-metal":
-        return _mlx_catalog_spec("Apple GPU")
-    return load_or_measure()
-
-
-def _mlx_catalog_spec(what: str) -> HardwareSpec:
-    """The catalog's spec of the GPU MLX reports (``mx.device_info()["device_name"]``: "Apple M2 Max",
-    "NVIDIA H200"): datasheet figures, not measured ones. Raises HardwareError when MLX is missing or the GPU is
-    not in the catalog (the message lists close names)."""
+def catalog_spec(device_name: str, what: str) -> HardwareSpec:
+    """The hardware catalog's spec of the device a runtime reports by name (MLX's
+    ``mx.device_info()["device_name"]``: "Apple M2 Max", "NVIDIA H200"): datasheet figures, not measured ones.
+    ``what``: the device in words, for the message. Raises HardwareError when the device is not in the catalog
+    (the message lists close names)."""
     from ksearch.hardware import catalog
 
-    try:
-        import mlx.core as mx
-
-        name = str(mx.device_info().get("device_name", ""))
-    except Exception as e:
-        raise HardwareError(f"cannot ask MLX for the {what}'s name: {type(e).__name__}: {e}") from None
-    entry = catalog.find(name) or catalog.find(name.lower().replace("apple", "").replace("nvidia", "").strip())
+    entry = catalog.find(device_name) or \
+        catalog.find(device_name.lower().replace("apple", "").replace("nvidia", "").strip())
     if entry is None:
-        raise HardwareError(f"the {what} {name!r} is not in the hardware catalog (`ksearch hardware list`); "
-                            f"close: {catalog.close_matches(name)}")
+        raise HardwareError(f"the {what} {device_name!r} is not in the hardware catalog (`ksearch hardware list`); "
+                            f"close: {catalog.close_matches(device_name)}")
     return catalog.to_spec(entry.name)
 
 
-_GPU_TARGETS = ("cuda", "triton", "mlx-cuda", "mlx-metal")  # the targets `spec_for_target` gives a GPU spec
+def stored_spec(stored: dict | None, kind: str) -> HardwareSpec | None:
+    """A run's stored spec (``stored``, `Store.hardware()`) when it is a valid, trusted (not provisional),
+    plausible spec of this machine's device of ``kind`` (``cpu`` | ``gpu``: what the run's target runs on), so that
+    a resumed run keeps the figures it started with; else None (the caller measures again)."""
+    if not stored:
+        return None
+    try:
+        spec = HardwareSpec.model_validate(stored)
+    except ValidationError:
+        return None
+    if spec.provisional or implausible(spec) or not _same_device(kind, spec):
+        return None
+    return spec
 
 
-def spec_for_run(target: str, stored: dict | None) -> HardwareSpec:
-    """The spec a run measures against: the one it stored (``stored``, `Store.hardware()`) when that is a valid,
-    trusted (not provisional), plausible spec of this machine's device, so that a resumed run keeps the figures
-    it started with; else a fresh `spec_for_target(target)`. Raises as `spec_for_target` does."""
-    if stored:
-        try:
-            spec = HardwareSpec.model_validate(stored)
-        except ValidationError:
-            spec = None
-        if spec is not None and not spec.provisional and not implausible(spec) and _same_device(target, spec):
-            return spec
-    return spec_for_target(target)
-
-
-def _same_device(target: str, spec: HardwareSpec) -> bool:
-    """Whether `spec` describes the device `target` runs on here: the CPU's model, cores and threads; a measured
+def _same_device(kind: str, spec: HardwareSpec) -> bool:
+    """Whether `spec` describes the device of ``kind`` here: the CPU's model, cores and threads; a measured
     GPU's name and SM count. A catalog spec (no measurement) answers False: looking it up again costs nothing."""
-    if (spec.kind == "gpu") != (target in _GPU_TARGETS):
+    if spec.kind != kind:
         return False
     if spec.kind == "cpu":
         info = detect_cpu()

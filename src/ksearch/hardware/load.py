@@ -90,20 +90,24 @@ def usable_cpus() -> list[int]:
     return list(range(os.cpu_count() or 1))
 
 
+#: /proc/stat's aggregate line (every CPU together); ``cpuN`` lines are one CPU each
+_ALL_CPUS = "cpu"
+
+
 def busy_ticks(stat_text: str, cpus: Iterable[int] | None = None) -> int:
     """Busy clock ticks in /proc/stat text: user + nice + system + irq + softirq + steal, summed over the
     ``cpuN`` lines of `cpus` (the aggregate ``cpu`` line when `cpus` is None or one of them has no line).
     Raises ValueError when the text has no ``cpu`` line."""
     lines: dict[str, list[int]] = {}
     for line in stat_text.splitlines():
-        if line.startswith("cpu"):
+        if line.startswith(_ALL_CPUS):
             name, *values = line.split()
             lines[name] = [int(v) for v in values]
-    if "cpu" not in lines:
+    if _ALL_CPUS not in lines:
         raise ValueError(f"no 'cpu' line in /proc/stat text {stat_text[:80]!r}")
-    names = [f"cpu{c}" for c in cpus] if cpus is not None else []
+    names = [f"{_ALL_CPUS}{c}" for c in cpus] if cpus is not None else []
     if not names or any(n not in lines for n in names):
-        names = ["cpu"]
+        names = [_ALL_CPUS]
     return sum(lines[n][i] for n in names for i in _STAT_BUSY_FIELDS if i < len(lines[n]))
 
 

@@ -31,8 +31,10 @@ from ksearch.protocol import ErrorReply, ReplyT, Request, describe, reply_adapte
 from ksearch.jail.jail_fs import DEVICES
 
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES")
-_GPU_ENV = ("CUDA_PATH", "CUDA_HOME", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
+#: with ``gpu``, by default: the CUDA variables a worker keeps, and the NVIDIA driver's device nodes (glob patterns)
+CUDA_ENV = ("CUDA_PATH", "CUDA_HOME", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
             "NVIDIA_DRIVER_CAPABILITIES")
+NVIDIA_DEVICES = ("/dev/nvidia*", "/dev/nvidia-caps/*")
 #: the system's programs and libraries (dynamic loader, libc, libm, libgomp; the toolchain for compiles)
 SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
 #: what of /etc the dynamic loader reads
@@ -64,6 +66,10 @@ class Policy(BaseModel):
     #: the judge for GPU targets. If CUDA does not initialise inside the namespaces, ``namespaces="off"`` is
     #: the documented fallback (docs/cuda-target.md)
     gpu: bool = False
+    #: with ``gpu``: glob patterns of the device nodes passed through (the target's, `Target.gpu_devices`)
+    gpu_devices: tuple[str, ...] = NVIDIA_DEVICES
+    #: with ``gpu``: the environment variables kept for the GPU's runtime (the target's, `Target.gpu_env`)
+    gpu_env: tuple[str, ...] = CUDA_ENV
     #: ``reduced``: the worker sees only `worker_view` of the host's file system (a new root); ``host``:
     #: all of it, read-only, the user's home hidden (always so for ``gpu``, whose workers run without
     #: namespaces anyway)
@@ -91,10 +97,11 @@ def stopped_process(pid: int) -> int | None:
     return None
 
 
-def scrubbed_env(home: Path, gpu: bool = False) -> dict[str, str]:
+def scrubbed_env(home: Path, gpu: bool = False, gpu_env: tuple[str, ...] = CUDA_ENV) -> dict[str, str]:
     """The environment a candidate sees: a whitelist (nothing secret), HOME and TMPDIR = ``home``; with
-    ``gpu``, the CUDA variables too and CuPy's kernel cache in ``home`` (private to the worker)."""
-    env = {k: os.environ[k] for k in _KEEP_ENV + (_GPU_ENV if gpu else ()) if k in os.environ}
+    ``gpu``, the GPU runtime's variables ``gpu_env`` too (CUDA's by default) and CuPy's kernel cache in ``home``
+    (private to the worker)."""
+    env = {k: os.environ[k] for k in _KEEP_ENV + (gpu_env if gpu else ()) if k in os.environ}
     if gpu:
         env["CUPY_CACHE_DIR"] = str(home / "cupy")
     env["HOME"] = str(home)
@@ -150,18 +157,19 @@ def policy_argument(policy: Policy, home: Path, writable: list[Path], readable: 
         "readable": worker_view(readable) if reduced else [], "stage": str(home.parent / ".root"),
         "dev": list(DEVICES),
         "address_space_bytes": None if policy.gpu else policy.address_space_bytes,
-        "devices": gpu_device_nodes() if policy.gpu else [],
+        "devices": gpu_device_nodes(policy.gpu_devices) if policy.gpu else [],
         "file_size_bytes": policy.file_size_bytes, "cpu_s": policy.cpu_s, "nproc": nproc,
         "pid_max": max(301, nproc + 64), "seccomp": policy.seccomp,  # 301: the kernel's least pid_max
         "hide": config.user_homes() if policy.hide_home else [], "keep": _needed_paths(readable),
     })
 
 
-def gpu_device_nodes() -> list[str]:
-    """The NVIDIA device nodes of this machine (``/dev/nvidia0``, ``nvidiactl``, ``nvidia-uvm``, ...)."""
+def gpu_device_nodes(patterns: tuple[str, ...] = NVIDIA_DEVICES) -> list[str]:
+    """The device nodes of this machine that match ``patterns`` (glob; by default the NVIDIA driver's:
+    ``/dev/nvidia0``, ``nvidiactl``, ``nvidia-uvm``, ...)."""
     import glob
 
-    return sorted(p for p in glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*") if not os.path.isdir(p))
+    return sorted(p for pattern in patterns for p in glob.glob(pattern) if not os.path.isdir(p))
 
 
 def parse_reply(line: bytes, msg: Request[ReplyT], rid: str) -> ReplyT | ErrorReply:
@@ -216,7 +224,7 @@ class Worker:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "ksearch.eval.worker", arg],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                cwd=self.home, env=scrubbed_env(self.home, self.policy.gpu), start_new_session=True,
+                cwd=self.home, env=scrubbed_env(self.home, self.policy.gpu, self.policy.gpu_env), start_new_session=True,
             )
         except OSError as e:
             self._stderr.close()

@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from ksearch.errors import KnowledgeError
+from ksearch.targets.abi_types import C_TYPES
 from ksearch.knowledge.schema import (  # noqa: F401 - re-exported
     Choice,
     Decision,
@@ -35,11 +36,9 @@ from ksearch.knowledge.schema import (  # noqa: F401 - re-exported
 
 PACKS_DIR = Path(__file__).parent / "packs"
 
-#: Definition dtype -> C type used by the templates (float16 as GCC's _Float16, bfloat16 as its uint16_t bits: the
-#: cpu target's ABI, C having no portable bfloat16 type).
-CTYPES: dict[str, str] = {"float32": "float", "float16": "_Float16", "bfloat16": "uint16_t", "float64": "double",
-                          "int32": "int32_t",
-                          "int64": "int64_t"}
+#: Definition dtype -> C type used by the templates: the C dialect of the cpu target's ABI (float16 as GCC's
+#: _Float16, bfloat16 as its uint16_t bits, C having no portable bfloat16 type); a pack's ``ctypes`` goes over it
+CTYPES: dict[str, str] = C_TYPES
 
 #: The name under which the family is given in a path's ``choices``.
 FAMILY_KEY = "family"

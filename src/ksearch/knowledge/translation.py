@@ -25,7 +25,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ksearch.errors import KnowledgeError
+from ksearch.errors import KnowledgeError, TargetError
+from ksearch.targets import get_target
 
 TRANSLATION_DIR = Path(__file__).parent / "translation"
 
@@ -199,15 +200,14 @@ def unresolved_checks(tmap: TranslationMap) -> list[str]:
     return problems
 
 
-#: the translation map's ``to`` for each target that runs kernels (mlx-metal runs Metal source); the cuda
-#: target has none: it is the source of every map
-MAP_TARGETS = {"cpu": "cpu", "triton": "triton", "metal": "metal", "mlx-metal": "metal"}
-
-
 def map_for_target(target: str, source: str = "cuda") -> TranslationMap | None:
-    """The map from ``source`` to the kernels target ``target`` writes (cpu, triton, mlx-metal -> metal), or None for
+    """The map from ``source`` to the kernels target ``target`` writes (the target's `translation_map`: cpu,
+    triton, mlx-metal -> metal; a name no target has is taken as a map's own ``to``, e.g. ``metal``), or None for
     a target no map leads to (cuda). Raises KnowledgeError on a malformed map file."""
-    to = MAP_TARGETS.get(target)
+    try:
+        to = get_target(target).translation_map
+    except TargetError:
+        to = target
     if to is None or (source, to) not in available():
         return None
     return load_translation(source, to)

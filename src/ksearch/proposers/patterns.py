@@ -29,6 +29,7 @@ from ksearch.knowledge.pack import FAMILY_KEY, Pack, load_pack
 from ksearch.search.edits import Insert, Update
 from ksearch.search.strategy import SearchState, StrategyConfig, revise
 from ksearch.search.worldmodel import ROOT_ID, PASSING, Action, Impacts, Node, NodeStatus, Tree
+from ksearch.targets import get_target
 
 if TYPE_CHECKING:
     from ksearch.hardware.spec import HardwareSpec
@@ -63,7 +64,7 @@ class PatternsProposer:
         self.pack: Pack = pack.applicable(flags) if hardware is not None else pack
         self.strategy = strategy or StrategyConfig()
         #: the limit rules a rendered kernel must pass (values from the hardware catalog)
-        self.limit_rules = device_limit_rules(target, hardware)
+        self.limit_rules = device_limit_rules(get_target(target).limit_family, hardware)
 
     def _candidate(self, choices: dict, knobs: dict) -> Candidate:
         kernel = self.pack.render(self.definition, choices, knobs)

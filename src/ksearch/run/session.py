@@ -21,12 +21,12 @@ from ksearch.eval.evaluator import EvalConfig, Evaluator
 from ksearch.records import (Candidate, Evaluation, FinalMeasurements, FinalReport, HiddenWorkloads, Status,
                              WorkloadResult)
 from ksearch.eval.timing import Reference
-from ksearch.hardware.cache import spec_for_run
 from ksearch.proposers.base import get_proposer
 from ksearch.run.controller import Controller, RunConfig, environment, run_config
 from ksearch.store.db import Store
 from ksearch.store.runs import new_run_id, open_run, run_dir
 from ksearch.targets import get_target
+from ksearch.targets.base import spec_for_run
 from ksearch.tasks import builtin_names, load_task
 from ksearch.tasks.loader import Task
 
@@ -62,11 +62,12 @@ class Session:
         self.dir = store.path.parent
         self._lock = lock or _lock(self.dir)
         try:
-            why = get_target(cfg.target).available()
+            target = get_target(cfg.target)
+            why = target.available()
             if why:
                 raise SearchError(f"target {cfg.target!r} is not available here: {why}")
             self.task = load_task(cfg.task)
-            if cfg.target not in self.task.naive_sources:
+            if target.naive_candidate(self.task) is None:
                 raise TaskError(f"task {self.task.name!r} ({self.task.origin}) has no naive kernel for target "
                                 f"{cfg.target!r} (naive.{cfg.target}.<ext> beside its definition): a search "
                                 "measures every speedup against it")

@@ -1,6 +1,7 @@
 """What a search can do for a target whose device is absent: generate its candidates and check them statically.
 
-Used by ``ksearch run --target mlx-metal`` on a machine without an Apple GPU: the offline proposer's knowledge
+Used by ``ksearch run --target mlx-metal`` on a machine without an Apple GPU (a target whose
+``checks_without_device`` says so): the offline proposer's knowledge
 pack is rendered along every first step a search would take (the naive kernel, each family's default path,
 each choice of each decision that applies to it), each candidate goes through the target's compile step (file
 set and launch checks), the static rules and limits of the target (`eval.static_checks`), and its launch is
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ksearch.errors import PlanError
 from ksearch.eval import static_checks
 from ksearch.records import Candidate
 from ksearch.knowledge.pack import load_pack
@@ -45,12 +45,11 @@ def check_candidates(task: Task, target: str, workloads=None) -> list[Checked]:
     no pack for ``target``."""
     t = get_target(target)
     selected = task.select(workloads)
-    rules = static_checks.rules_for(target)
+    rules = static_checks.rules_for(t.rule_family)
     generated: list[tuple[str, Candidate]] = []
-    if target in task.naive_sources:
-        name = {"mlx-metal": "kernel.metal", "mlx-cuda": "kernel.cu"}.get(target, "kernel")
-        generated.append(("naive (the task's)", Candidate(target=target, sources={name: task.naive_sources[target]},
-                                                          launch=task.naive_launch.get(target, {}))))
+    naive = t.naive_candidate(task)
+    if naive is not None:
+        generated.append(("naive (the task's)", naive))
     pack = load_pack(task.definition.name, target)
     for path in _paths(pack):
         k = pack.render(task.definition, path)
@@ -69,13 +68,8 @@ def _problem(t, cand: Candidate, task: Task, rules, selected) -> str | None:
     findings = static_checks.check(cand, rules)
     if findings:
         return "static checks: " + "; ".join(str(f) for f in findings)
-    if hasattr(t, "backend"):  # mlx: the launch must resolve for every workload
-        from ksearch.targets.mlx import parse_launch, resolve_launch
-
-        plan = parse_launch(cand.launch, task.definition, t.name)
-        for w in selected:
-            try:
-                resolve_launch(plan, task.definition.axis_values(w))
-            except PlanError as e:
-                return f"launch for workload {w.name or w.uuid}: {e}"
+    for w in selected:  # the launch must resolve for every workload (`Target.launch_problem`)
+        problem = t.launch_problem(cand, task.definition, task.definition.axis_values(w))
+        if problem:
+            return f"launch for workload {w.name or w.uuid}: {problem}"
     return None

@@ -26,14 +26,20 @@ import time
 from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ksearch import config
 from ksearch.errors import TargetError
 from ksearch.jail import compile_jail
 from ksearch.jail.compile_jail import CompilePolicy, JailedRun, unenforced
 from ksearch.records import Candidate
-from ksearch.targets.base import CompileResult
+from ksearch.targets.abi_types import C_TYPES, c_params
+from ksearch.targets.base import PROMPTS_DIR, CompileResult, naive_from_task
 from ksearch.tasks.definition import Definition
+
+if TYPE_CHECKING:
+    from ksearch.hardware.spec import HardwareSpec
+    from ksearch.tasks.loader import Task
 
 BASE_FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
 _CXX_EXT = (".cpp", ".cc", ".cxx")
@@ -112,9 +118,48 @@ class CpuTarget:
     """The cpu target. ``jail``: what the compile jail enforces on the compiler (`compile_jail`)."""
 
     name = "cpu"
+    summary = "C or C++ compiled by the system compiler, called through ctypes"
+    source_suffixes = _SRC_EXT
+    fence_langs = {".c": "c", ".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp"}
+    fence_files = {"c": "kernel.c", "cpp": "kernel.cpp", "c++": "kernel.cpp", "cxx": "kernel.cpp", "cc": "kernel.cpp"}
+    fence_lang = "c"
+    naive_file = "kernel.c"
+    takes_launch = False
+    launch_keys = ""
+    ctypes = C_TYPES
+    hardware_kind = "cpu"
+    needs_gpu = False
+    gpu_devices: tuple[str, ...] = ()
+    gpu_env: tuple[str, ...] = ()
+    spare_workers = True
+    rule_family = "cpu"
+    limit_family = "cpu"
+    translation_map = "cpu"
+    torch_device = "cpu"
+    runs_mlx = False
+    checks_without_device = None
+    prompt_template = PROMPTS_DIR / "cpu.j2"
+    reply_format = ("one ```c block (kernel.c; or one ```cpp block for C++, kernel.cpp, with the entry point "
+                    "`extern \"C\"`)")
 
     def __init__(self, jail: CompilePolicy | None = None):
         self.jail = jail or CompilePolicy()
+
+    def abi(self, definition: Definition) -> str:
+        """``void run(inputs..., outputs..., axes...);`` in the C dialect (see the module docstring)."""
+        return f"void run({', '.join(c_params(definition, self.ctypes, 'int64_t'))});"
+
+    def naive_candidate(self, task: Task) -> Candidate | None:
+        return naive_from_task(self, task)
+
+    def hardware_spec(self) -> HardwareSpec:
+        """The local CPU's spec: measured once, then cached (`ksearch.hardware.cache.load_or_measure`)."""
+        from ksearch.hardware.cache import load_or_measure
+
+        return load_or_measure()
+
+    def launch_problem(self, candidate: Candidate, definition: Definition, axes: dict[str, int]) -> str | None:
+        return None
 
     def available(self) -> str | None:
         try:
@@ -274,6 +319,10 @@ class CpuTarget:
 
         return CpuRunner(artifact, candidate.entry_point, definition)
 
+
+#: the targets this module provides (`ksearch.targets.base.get_target`) and where they are listed
+TARGETS = {"cpu": CpuTarget}
+ORDER = 0
 
 #: `CpuTarget.expand` results by content, most recent last
 _EXPANDED: OrderedDict[str, tuple[dict, dict]] = OrderedDict()

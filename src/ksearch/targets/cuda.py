@@ -21,13 +21,20 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ksearch import config
 from ksearch.errors import PlanError
+from ksearch.jail.sandbox import CUDA_ENV, NVIDIA_DEVICES
 from ksearch.records import Candidate
-from ksearch.targets.base import CompileResult
+from ksearch.targets.abi_types import CUDA_TYPES, c_params
+from ksearch.targets.base import PROMPTS_DIR, CompileResult, naive_from_task
 from ksearch.targets.cuda_launch import parse_plan, refused_flag
 from ksearch.tasks.definition import Definition
+
+if TYPE_CHECKING:
+    from ksearch.hardware.spec import HardwareSpec
+    from ksearch.tasks.loader import Task
 
 SOURCE_EXT = (".cu", ".cuh")
 BASE_OPTIONS = ("-std=c++17",)
@@ -60,6 +67,45 @@ def combined_source(candidate: Candidate) -> str:
 
 class CudaTarget:
     name = "cuda"
+    summary = "CUDA C++ on an NVIDIA GPU through CuPy's NVRTC, launched as its plan declares"
+    source_suffixes = SOURCE_EXT
+    fence_langs = {".cu": "cuda", ".cuh": "cuda"}
+    fence_files = {"cuda": "kernel.cu", "cu": "kernel.cu", "cpp": "kernel.cu", "c++": "kernel.cu"}
+    fence_lang = "cuda"
+    naive_file = "kernel.cu"
+    takes_launch = True
+    launch_keys = "launches, temporaries"
+    ctypes = CUDA_TYPES
+    hardware_kind = "gpu"
+    needs_gpu = True
+    gpu_devices = NVIDIA_DEVICES
+    gpu_env = CUDA_ENV
+    spare_workers = False
+    rule_family = "cuda"
+    limit_family = "cuda"
+    translation_map = None
+    torch_device = "cuda"
+    runs_mlx = False
+    checks_without_device = None
+    prompt_template = PROMPTS_DIR / "cuda.j2"
+    reply_format = "one ```cuda block (kernel.cu) and one ```yaml block with the launch plan"
+
+    def abi(self, definition: Definition) -> str:
+        """The kernels' parameters in the cuda dialect (docs/cuda-target.md); the plan orders the arguments."""
+        params = ", ".join(c_params(definition, self.ctypes, "long long"))
+        return f'extern "C" __global__ void your_kernel({params});  // args and their order: the launch plan'
+
+    def naive_candidate(self, task: Task) -> Candidate | None:
+        return naive_from_task(self, task)
+
+    def hardware_spec(self) -> HardwareSpec:
+        """The local GPU's spec, measured with CuPy probes (`ksearch.hardware.gpu.load_or_measure_gpu`)."""
+        from ksearch.hardware.gpu import load_or_measure_gpu
+
+        return load_or_measure_gpu()
+
+    def launch_problem(self, candidate: Candidate, definition: Definition, axes: dict[str, int]) -> str | None:
+        return None
 
     def available(self) -> str | None:
         return cupy_status()
@@ -111,3 +157,8 @@ class CudaTarget:
         runner = CheckedRunner(payload["source"], payload["options"], plan, definition)
         check_module(runner.images)
         return runner
+
+
+#: the targets this module provides (`ksearch.targets.base.get_target`) and where they are listed
+TARGETS = {"cuda": CudaTarget}
+ORDER = 10

@@ -19,14 +19,20 @@ docs/triton-target.md says what a candidate may do and what the judge enforces.
 
 from __future__ import annotations
 
-import ast
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ksearch import config
+from ksearch.jail.sandbox import CUDA_ENV, NVIDIA_DEVICES
 from ksearch.records import Candidate
-from ksearch.targets.base import CompileResult
+from ksearch.targets.base import PROMPTS_DIR, CompileResult, naive_from_task
+from ksearch.targets.py_source import check_module, entry_arity_problem  # noqa: F401 - entry_arity_problem: re-exported
 from ksearch.tasks.definition import Definition
+
+if TYPE_CHECKING:
+    from ksearch.hardware.spec import HardwareSpec
+    from ksearch.tasks.loader import Task
 
 SOURCE_EXT = ".py"
 
@@ -55,34 +61,47 @@ def triton_status() -> str | None:
     return None if count > 0 else "no CUDA device"
 
 
-def entry_arity_problem(tree: ast.Module, entry: str, n_args: int, names: list[str]) -> str | None:
-    """Why the module's ``entry`` function cannot be called with ``n_args`` positional arguments, or None."""
-    fn = next((node for node in reversed(tree.body) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-               and node.name == entry), None)
-    if fn is None:
-        bound = any(isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == entry for t in node.targets)
-                    for node in tree.body)
-        if bound:
-            return None  # e.g. run = make_run(): checked when the worker imports it
-        return (f"the module defines no function {entry!r} at module level (the entry point, called as "
-                f"{entry}({', '.join(names)}))")
-    if isinstance(fn, ast.AsyncFunctionDef):
-        return f"{entry!r} is a coroutine (async def); it must be a plain function that launches the kernels"
-    a = fn.args
-    positional = len(a.posonlyargs) + len(a.args)
-    required = positional - len(a.defaults)
-    required_kw = [k.arg for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is None]
-    if required_kw:
-        return f"{entry!r} has required keyword-only parameters {required_kw}; the judge passes positional ones only"
-    if required > n_args or (positional < n_args and a.vararg is None):
-        takes = f"{required}" if required == positional else f"{required} to {positional}"
-        return (f"{entry!r} takes {takes} positional parameters; the judge calls it with {n_args}: "
-                f"{entry}({', '.join(names)})")
-    return None
-
-
 class TritonTarget:
     name = "triton"
+    summary = "Triton kernels in a Python module on an NVIDIA GPU, through torch"
+    source_suffixes = (SOURCE_EXT,)
+    fence_langs = {".py": "python"}
+    fence_files = {"python": "kernel.py", "py": "kernel.py"}
+    fence_lang = "python"
+    naive_file = "kernel.py"
+    takes_launch = False
+    launch_keys = ""
+    ctypes = None
+    hardware_kind = "gpu"
+    needs_gpu = True
+    gpu_devices = NVIDIA_DEVICES
+    gpu_env = CUDA_ENV
+    spare_workers = False
+    rule_family = "triton"
+    #: Triton kernels hit the NVIDIA GPU's per-block limits (as "out of resource" when Triton compiles)
+    limit_family = "cuda"
+    translation_map = "triton"
+    torch_device = "cuda"
+    runs_mlx = False
+    checks_without_device = None
+    prompt_template = PROMPTS_DIR / "triton.j2"
+    reply_format = "one ```python block (kernel.py)"
+
+    def abi(self, definition: Definition) -> str:
+        """``run(inputs..., outputs...)``: torch CUDA tensors; the axes are their shapes."""
+        return f"run({', '.join([*definition.inputs, *definition.outputs])})"
+
+    def naive_candidate(self, task: Task) -> Candidate | None:
+        return naive_from_task(self, task)
+
+    def hardware_spec(self) -> HardwareSpec:
+        """The local GPU's spec, measured with CuPy probes (`ksearch.hardware.gpu.load_or_measure_gpu`)."""
+        from ksearch.hardware.gpu import load_or_measure_gpu
+
+        return load_or_measure_gpu()
+
+    def launch_problem(self, candidate: Candidate, definition: Definition, axes: dict[str, int]) -> str | None:
+        return None
 
     def available(self) -> str | None:
         return triton_status()
@@ -105,18 +124,9 @@ class TritonTarget:
         if candidate.launch:
             return CompileResult(False, None, "the triton target takes no launch plan: run() launches the kernels", 0.0)
         source = candidate.sources[name]
-        try:
-            compile(source, name, "exec", dont_inherit=True)
-            tree = ast.parse(source, name)
-        except SyntaxError as e:
-            return CompileResult(False, None, _syntax_message(e, name), time.perf_counter() - t0)
-        except (ValueError, RecursionError, MemoryError) as e:  # NUL bytes; expressions nested too deep
-            return CompileResult(False, None, f"{name}: not compilable Python: {type(e).__name__}: {e}",
-                                 time.perf_counter() - t0)
-        abi = list(definition.inputs) + list(definition.outputs)
-        problem = entry_arity_problem(tree, candidate.entry_point, len(abi), abi)
+        problem = check_module(source, name, candidate.entry_point, list(definition.inputs) + list(definition.outputs))
         if problem:
-            return CompileResult(False, None, f"{name}: {problem}", time.perf_counter() - t0)
+            return CompileResult(False, None, problem, time.perf_counter() - t0)
         cache = config.home_dir() / "cache" / "triton"
         cache.mkdir(parents=True, exist_ok=True)
         artifact = cache / f"{candidate.id}.py"
@@ -142,8 +152,6 @@ class TritonTarget:
                             source_name=next(iter(candidate.sources), "kernel.py"))
 
 
-def _syntax_message(e: SyntaxError, name: str) -> str:
-    where = name + (f":{e.lineno}" if e.lineno else "") + (f":{e.offset}" if e.lineno and e.offset else "")
-    text = (e.text or "").rstrip("\n")
-    caret = f"\n    {text}\n    {' ' * max(0, (e.offset or 1) - 1)}^" if text else ""
-    return f"{where}: {type(e).__name__}: {e.msg}{caret}"
+#: the targets this module provides (`ksearch.targets.base.get_target`) and where they are listed
+TARGETS = {"triton": TritonTarget}
+ORDER = 20

@@ -4,8 +4,8 @@ A task is a definition plus its workloads, plus (for built-ins) a naive kernel p
 is measured against. Accepted on disk:
 
 - a directory holding ``definition.json`` or ``definition.yaml`` and optionally ``workloads.jsonl`` and
-  ``naive.<target>.<ext>`` files (the built-in layout), with ``naive.<target>.launch.yaml`` beside a GPU
-  target's naive kernel (its launch plan);
+  ``naive.<target>.<ext>`` files (the built-in layout; any target name, one kernel per target), with
+  ``naive.<target>.launch.yaml`` beside the naive kernel of a target that takes a launch plan;
 - a definition file (``.json`` as flashinfer-bench writes it, or ``.yaml``) with workloads given separately
   (a JSONL file whose lines are Workload objects, or flashinfer-bench traces with a ``workload`` field).
 """
@@ -13,6 +13,7 @@ is measured against. Accepted on disk:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -24,12 +25,15 @@ from ksearch.errors import TaskError
 from ksearch.tasks.definition import Definition, Workload
 
 _BUILTIN_ROOT = resources.files("ksearch.tasks") / "builtin"
-_NAIVE_EXT = {"cpu": "c", "cuda": "cu", "triton": "py", "mlx-cuda": "cu", "mlx-metal": "metal"}
+#: a naive kernel's file: ``naive.<target>.<ext>``, or its launch plan ``naive.<target>.launch.yaml`` (any target
+#: name: the loader knows none, the target gives the kernel its file name)
+_NAIVE_FILE = re.compile(r"naive\.(?P<target>[A-Za-z0-9_][A-Za-z0-9_+-]*)\.(?P<ext>launch\.yaml|[A-Za-z0-9_+-]+)")
 
 
 @dataclass
 class Task:
-    """A definition, its workloads, and the naive kernel source per target (``{"cpu": "...c source..."}``)."""
+    """A definition, its workloads, and the naive kernel source per target name (``{<target>: source}``; the
+    target names its file: `ksearch.targets.base.Target.naive_file`)."""
 
     definition: Definition
     workloads: list[Workload]
@@ -136,16 +140,7 @@ def _load_dir(d, origin: str) -> Task:
     definition = load_definition(Path(str(def_file)))
     wl_file = d / "workloads.jsonl"
     workloads = parse_workloads(wl_file.read_text(), f"{origin}/workloads.jsonl") if wl_file.is_file() else []
-    naive = {}
-    for target, ext in _NAIVE_EXT.items():
-        f = d / f"naive.{target}.{ext}"
-        if f.is_file():
-            naive[target] = f.read_text()
-    launches = {}
-    for target in naive:
-        f = d / f"naive.{target}.launch.yaml"
-        if f.is_file():
-            launches[target] = _read_mapping(Path(str(f)))
+    naive, launches = _naive_kernels(d, origin)
     baselines = {}
     for bname, rel in definition.baselines.items():
         f = d.joinpath(*rel.split("/"))
@@ -155,6 +150,27 @@ def _load_dir(d, origin: str) -> Task:
     task = Task(definition, workloads, naive, origin, baselines, launches)
     _check_workloads(definition, workloads)
     return task
+
+
+def _naive_kernels(d, origin: str) -> tuple[dict[str, str], dict[str, dict]]:
+    """The naive kernels of a task directory, ``{target: source}`` from each ``naive.<target>.<ext>``, and their
+    launch plans, ``{target: plan}`` from each ``naive.<target>.launch.yaml`` beside a kernel. Raises TaskError
+    for two kernels of one target (``naive.cpu.c`` and ``naive.cpu.cpp``) or an unreadable plan."""
+    files: dict[str, str] = {}
+    plans: dict[str, dict] = {}
+    for f in sorted(d.iterdir(), key=lambda p: p.name):
+        m = _NAIVE_FILE.fullmatch(f.name)
+        if m is None or not f.is_file():
+            continue
+        target = m.group("target")
+        if m.group("ext") == "launch.yaml":
+            plans[target] = _read_mapping(Path(str(f)))
+        elif target in files:
+            raise TaskError(f"{origin}: two naive kernels for target {target!r}: {files[target]} and {f.name}")
+        else:
+            files[target] = f.name
+    naive = {target: (d / name).read_text() for target, name in files.items()}
+    return naive, {target: plan for target, plan in plans.items() if target in naive}
 
 
 def _check_workloads(definition: Definition, workloads: list[Workload]) -> None:

@@ -32,20 +32,15 @@ from typing import Any
 
 import jinja2
 
-from ksearch.errors import ConfigError, HardwareError, KnowledgeError, TaskError
+from ksearch.errors import ConfigError, HardwareError, KnowledgeError, TargetError, TaskError
 from ksearch.llm import untrusted
 from ksearch.search.strategy import SearchState, StrategyConfig, cooling
 from ksearch.search.worldmodel import PASSING, ROOT_ID, Node, NodeStatus, Tree
+from ksearch.targets import get_target
 
 LEVELS = ("none", "hardware", "full")
 PROMPTS_DIR = Path(__file__).parent / "prompts"
 
-#: dtype -> C type of the cpu target's ABI (ksearch.targets.cpu)
-CPU_CTYPES = {"float32": "float", "float64": "double", "float16": "_Float16", "bfloat16": "uint16_t",
-              "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t", "bool": "uint8_t"}
-#: dtype -> C type of the cuda target's ABI (docs/cuda-target.md)
-CUDA_CTYPES = {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16",
-               "int64": "long long", "int32": "int", "int16": "short", "int8": "signed char", "bool": "unsigned char"}
 #: frontier actions listed in a world-model view (the best rated; the rest are counted)
 FRONTIER_LINES = 30
 #: longest description of a pack entry kept in a prompt (characters)
@@ -98,9 +93,29 @@ def _bytes(n: int | None) -> str:
     return f"{n} B"
 
 
+#: the prefix of a template name that stands for a target's own section (``target:<name>``: its prompt_template)
+TARGET_TEMPLATE = "target:"
+
+
+def _target_template(name: str) -> tuple[str, str, Any] | None:
+    """Jinja's loader for ``target:<name>``: the text of target ``name``'s `Target.prompt_template` (None: no such
+    template, which ``{% include ... ignore missing %}`` skips)."""
+    if not name.startswith(TARGET_TEMPLATE):
+        return None
+    try:
+        path = get_target(name[len(TARGET_TEMPLATE):]).prompt_template
+    except TargetError:
+        return None
+    if path is None:
+        return None
+    return path.read_text(), str(path), lambda: True
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(PROMPTS_DIR)), undefined=jinja2.StrictUndefined,
+        loader=jinja2.ChoiceLoader([jinja2.FileSystemLoader(str(PROMPTS_DIR)),
+                                    jinja2.FunctionLoader(_target_template)]),
+        undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False, autoescape=False,
         finalize=untrusted.finalize,
     )
@@ -138,48 +153,9 @@ def render(template: str, **ctx: Any) -> str:
 
 
 def abi(definition, target: str) -> str:
-    """The entry point's calling convention for a target, as code (a C prototype, or a Python call)."""
-    ins, outs = definition.inputs, definition.outputs
-    if target == "triton":
-        return f"run({', '.join([*ins, *outs])})"
-    if target in ("mlx-cuda", "mlx-metal"):
-        return _mlx_signature(definition, target)
-    ctypes = CUDA_CTYPES if target == "cuda" else CPU_CTYPES
-    axis_t = "long long" if target == "cuda" else "int64_t"
-    params = []
-    for name, spec in ins.items():
-        if spec.shape is None:
-            scalar = "double" if spec.dtype.startswith("float") else axis_t
-            params.append(f"{scalar} {name}")
-        else:
-            params.append(f"const {ctypes.get(spec.dtype, spec.dtype)} *{name}")
-    params += [f"{ctypes.get(s.dtype, s.dtype)} *{n}" for n, s in outs.items()]
-    params += [f"{axis_t} {a}" for a in definition.axes]
-    if target == "cuda":
-        return f'extern "C" __global__ void your_kernel({", ".join(params)});  // args and their order: the launch plan'
-    return f"void run({', '.join(params)});"
-
-
-#: dtype -> the type MLX declares a custom kernel's buffers with (mlx 0.32: backend/cuda/utils.cpp; Metal:
-#: float16_t / bfloat16_t typedefs of MLX's Metal utilities)
-MLX_TYPES = {"mlx-cuda": {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "int32": "int32_t",
-                          "int64": "int64_t"},
-             "mlx-metal": {"float32": "float", "float16": "float16_t", "bfloat16": "bfloat16_t", "int32": "int",
-                           "int64": "int64_t"}}
-
-
-def _mlx_signature(definition, target: str) -> str:
-    """The signature MLX generates around an mlx candidate's body (the candidate writes only the body)."""
-    types = MLX_TYPES[target]
-    space = ("const device ", "device ") if target == "mlx-metal" else ("const ", "")
-    params = [f"{space[0]}{types.get(s.dtype, s.dtype)}* {n}" for n, s in definition.inputs.items()]
-    params += [f"{space[1]}{types.get(s.dtype, s.dtype)}* {n}" for n, s in definition.outputs.items()]
-    consts = " ".join(f"constexpr int {a} = ...;" for a in definition.axes)
-    head = "[[kernel]] void custom_kernel" if target == "mlx-metal" else "__global__ void custom_kernel"
-    extra = ", uint3 thread_position_in_grid [[thread_position_in_grid]], ... (the attributes the body names)" \
-        if target == "mlx-metal" else ""
-    return (f"// generated by MLX, not by you:\n{head}({', '.join(params)}{extra}) {{\n"
-            f"  {consts}  // launch axes: template (default)\n  /* your body */\n}}")
+    """The entry point's calling convention for a target, as code (a C prototype, the signature MLX generates
+    around a body, a Python call): the target's own answer (`ksearch.targets.base.Target.abi`)."""
+    return get_target(target).abi(definition)
 
 
 def task_view(task, target: str) -> dict[str, Any]:
@@ -227,8 +203,8 @@ def task_view(task, target: str) -> dict[str, Any]:
         "workloads": workloads,
         "target": target,
         "abi": abi(d, target),
-        "naive_file": {"cuda": "kernel.cu", "triton": "kernel.py", "mlx-cuda": "kernel.cu",
-                       "mlx-metal": "kernel.metal"}.get(target, "kernel.c"),
+        "naive_file": get_target(target).naive_file,
+        "reply_format": get_target(target).reply_format,
     }
 
 
@@ -236,7 +212,7 @@ def rules_view(target: str) -> list[dict[str, str]]:
     """The target's static rules (what the judge rejects before compiling), one line each."""
     from ksearch.eval.static_checks import rules_for
 
-    return [{"id": r.id, "why": _short(r.why, 160)} for r in rules_for(target)]
+    return [{"id": r.id, "why": _short(r.why, 160)} for r in rules_for(get_target(target).rule_family)]
 
 
 # -- the hardware -----------------------------------------------------------------------------------------
@@ -341,12 +317,10 @@ def limits_view(target: str) -> list[dict[str, str]]:
     """The hard limits of the target's kernels as the judge's static rules hold them (bytes, threads), each with
     its value and source from the hardware catalog (`static_checks.Limit.resolved`); [] for a target without."""
     from ksearch.eval.static_checks import limits_for
-    from ksearch.eval.static_limits import LIMIT_RULES
 
-    rules_target = LIMIT_RULES.get(target, target)
     return [{"name": name.replace("_", " "), "value": f"{lim.value}{' ' + lim.unit if lim.unit else ''}",
              "source": _short(re.sub(r"\s*<[^>]*>", "", lim.source), 120)}
-            for name, lim in limits_for(rules_target).items()]
+            for name, lim in limits_for(get_target(target).limit_family).items()]
 
 
 def _check_text(checks) -> str:
@@ -363,6 +337,7 @@ def translation_view(target: str, level: str) -> dict[str, Any] | None:
     patterns and assertions are CUDA's own (`translation.own_knowledge`). None at level ``none``, or when there
     is nothing to show.
     """
+    from ksearch.eval.static_checks import rules_for
     from ksearch.knowledge.translation import map_for_target, own_knowledge
 
     if level == "none":
@@ -394,7 +369,10 @@ def translation_view(target: str, level: str) -> dict[str, Any] | None:
     view = {"title": tmap.title if tmap is not None else f"{target}'s own limits, patterns and assertions (the source side of the maps)",
             "source": tmap.source if tmap is not None else target, "target": tmap.target if tmap else target,
             "show": f"ksearch knowledge show --from cuda --to {tmap.target}" if tmap is not None else "",
-            "limits": limits, "concepts": concepts, "patterns": patterns, "assertions": assertions, "dropped": 0}
+            "limits": limits, "concepts": concepts, "patterns": patterns, "assertions": assertions, "dropped": 0,
+            # whether the judge's own static rules hold the limits (cpu, cuda, mlx-*), or only the device does
+            # (triton: Triton reports 'out of resource' when it compiles)
+            "limits_checked": any(r.measure for r in rules_for(get_target(target).rule_family))}
     return _within_budget(view)
 
 

@@ -23,26 +23,12 @@ from typing import Any
 
 import yaml
 
-from ksearch.errors import Rejected, ReplyError
+from ksearch.errors import Rejected, ReplyError, TargetError
 from ksearch.llm.base import is_truncated
 from ksearch.search.edits import Delete, Insert, Split, Update, parse_edit
+from ksearch.targets import get_target, target_names
 
 
-#: per target: fence language -> the source file it becomes
-SOURCE_LANGS: dict[str, dict[str, str]] = {
-    "cpu": {"c": "kernel.c", "cpp": "kernel.cpp", "c++": "kernel.cpp", "cxx": "kernel.cpp", "cc": "kernel.cpp"},
-    "cuda": {"cuda": "kernel.cu", "cu": "kernel.cu", "cpp": "kernel.cu", "c++": "kernel.cu"},
-    "triton": {"python": "kernel.py", "py": "kernel.py"},
-    "mlx-cuda": {"cuda": "kernel.cu", "cu": "kernel.cu", "cpp": "kernel.cu", "c++": "kernel.cu"},
-    "mlx-metal": {"metal": "kernel.metal", "msl": "kernel.metal", "cpp": "kernel.metal", "c++": "kernel.metal"},
-}
-#: per target: the fence language a reply is asked to use (named in error messages)
-MAIN_LANG = {"cpu": "c", "cuda": "cuda", "triton": "python", "mlx-cuda": "cuda", "mlx-metal": "metal"}
-#: per target: file name suffixes a named block may have
-SOURCE_SUFFIXES = {"cpu": (".c", ".cpp", ".cc", ".cxx"), "cuda": (".cu",), "triton": (".py",), "mlx-cuda": (".cu", ".cuh"),
-                   "mlx-metal": (".metal",)}
-#: targets whose candidates carry a launch as data (a ```yaml block in the coder's reply)
-LAUNCH_TARGETS = ("cuda", "mlx-cuda", "mlx-metal")
 YAML_LANGS = frozenset({"yaml", "yml"})
 #: brackets of a reply tried as the start of a bare JSON array (bounds the work on garbage)
 MAX_SCAN = 500
@@ -249,7 +235,7 @@ def extract_code(text: str, target: str, finish_reason: str | None = None) -> Co
 
     Args:
         text: the reply.
-        target: cpu | cuda | triton.
+        target: the target's name (its fence languages, file suffixes and launch plan: `ksearch.targets.base.Target`).
         finish_reason: the provider's stop reason. A reply cut at the token limit is refused unless every block
             it needs is complete (closed) before the cut.
 
@@ -257,15 +243,18 @@ def extract_code(text: str, target: str, finish_reason: str | None = None) -> Co
         ReplyError: unknown target, a missing block (names what was found), a block left open (a truncated
             reply), an unreadable launch plan.
     """
-    if target not in SOURCE_LANGS:
-        raise ReplyError(f"the llm coder writes kernels for {', '.join(SOURCE_LANGS)}, not for target {target!r}")
-    langs = SOURCE_LANGS[target]
-    main = MAIN_LANG[target]
+    try:
+        t = get_target(target)
+    except TargetError:
+        raise ReplyError(f"the llm coder writes kernels for {', '.join(target_names())}, not for target "
+                         f"{target!r}") from None
+    langs, suffixes = t.fence_files, tuple(t.source_suffixes)
+    main = t.fence_lang
     cut = is_truncated(finish_reason)
     all_fences = fences(text)
-    wanted = set(langs) | (YAML_LANGS if target in LAUNCH_TARGETS else set())
+    wanted = set(langs) | (YAML_LANGS if t.takes_launch else set())
     unclosed = [f for f in all_fences if not f.closed]
-    open_fences = [f for f in unclosed if f.lang in wanted or (f.name or "").endswith(SOURCE_SUFFIXES[target])]
+    open_fences = [f for f in unclosed if f.lang in wanted or (f.name or "").endswith(suffixes)]
     all_fences = [f for f in all_fences if f.closed]
     if open_fences:
         f = open_fences[0]
@@ -276,7 +265,7 @@ def extract_code(text: str, target: str, finish_reason: str | None = None) -> Co
     notes: list[str] = []
     unnamed: dict[str, list[Fence]] = {}
     for f in all_fences:
-        if f.name and f.name.endswith(SOURCE_SUFFIXES[target]):
+        if f.name and f.name.endswith(suffixes):
             if "/" in f.name or f.name.startswith("."):
                 raise ReplyError(f"source file name {f.name!r} must be a plain file name")
             sources[f.name] = f.body
@@ -289,8 +278,10 @@ def extract_code(text: str, target: str, finish_reason: str | None = None) -> Co
         sources[name] = blocks[-1].body
         if len(blocks) > 1:
             notes.append(f"{len(blocks)} ```{blocks[-1].lang} blocks: took the last (line {blocks[-1].line})")
-    if target == "cpu" and len(sources) > 1 and {"kernel.c", "kernel.cpp"} <= set(sources):
-        raise ReplyError("the reply holds both a ```c and a ```cpp kernel; send one kernel in one block")
+    alternatives = sorted(set(langs.values()) & set(sources))  # kernel.c and kernel.cpp: one kernel, two ways
+    if len(alternatives) > 1:
+        kinds = " and a ".join(f"```{next(lang for lang, f in langs.items() if f == name)}" for name in alternatives)
+        raise ReplyError(f"the reply holds both a {kinds} kernel; send one kernel in one block")
     if not sources:
         why = f"; the reply was cut at the token limit (finish_reason {finish_reason!r})" if cut else ""
         if unclosed:
@@ -299,7 +290,7 @@ def extract_code(text: str, target: str, finish_reason: str | None = None) -> Co
     if any(not body.strip() for body in sources.values()):
         raise ReplyError(f"an empty ```{main} block: no kernel in the reply")
     launch: dict[str, Any] = {}
-    if target in LAUNCH_TARGETS:
+    if t.takes_launch:
         plans = [f for f in all_fences if f.lang in YAML_LANGS]
         if not plans:
             why = f"; the reply was cut at the token limit (finish_reason {finish_reason!r})" if cut else ""

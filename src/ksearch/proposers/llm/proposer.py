@@ -48,15 +48,16 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ksearch.errors import ConfigError, KnowledgeError, ReplyError, TaskError
+from ksearch.errors import ConfigError, KnowledgeError, ReplyError, TargetError, TaskError
 from ksearch.records import Candidate, Evaluation, Status
 from ksearch.proposers.llm import context as ctx
 from ksearch.llm import untrusted
 from ksearch.llm.base import LLMReply, Message, Role, is_truncated
-from ksearch.proposers.llm.parse import SOURCE_LANGS, Edit, check_edits, extract_code, extract_json_array
+from ksearch.proposers.llm.parse import Edit, check_edits, extract_code, extract_json_array
 from ksearch.search.edits import Delete, Insert, Split, Update, apply
 from ksearch.search.strategy import SearchState, StrategyConfig, decide, revise
 from ksearch.search.worldmodel import ROOT_ID, Node, NodeStatus, Tree
+from ksearch.targets import get_target, target_names
 
 if TYPE_CHECKING:
     from ksearch.hardware.spec import HardwareSpec
@@ -82,18 +83,15 @@ class Evidence(Protocol):
 PAYLOAD_CHARS = 1200
 ROOT_PAYLOAD_CHARS = 4000
 
-_LANG = {".c": "c", ".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".cu": "cuda", ".cuh": "cuda", ".py": "python",
-         ".metal": "metal"}
-
-
-def _code_blocks(sources: dict[str, str], launch: dict | None) -> list[dict[str, str]]:
-    """Sources (and a launch plan) as fenced blocks for a prompt: lang, name, body, fence."""
+def _code_blocks(sources: dict[str, str], launch: dict | None, langs: dict[str, str]) -> list[dict[str, str]]:
+    """Sources (and a launch plan) as fenced blocks for a prompt: lang (by suffix from ``langs``, the target's
+    `Target.fence_langs`), name, body, fence."""
     import yaml
 
     out = []
     for name in sorted(sources):
         body = sources[name]
-        lang = _LANG.get(name[name.rfind("."):], "")
+        lang = langs.get(name[name.rfind("."):], "")
         longest = max((len(run) for run in re.findall(r"`{3,}", body)), default=0)
         fence = "`" * max(3, longest + 1)  # longer than any run of backticks in the body: the body cannot close it
         out.append({"lang": lang, "name": name, "body": body.rstrip("\n"), "fence": fence})
@@ -108,7 +106,7 @@ class LLMProposer:
 
     Args:
         task: the loaded task (`ksearch.tasks.loader.Task`).
-        target: cpu | cuda | triton.
+        target: the target's name (any target: its facts shape the prompts and the reply format).
         hardware: the device's HardwareSpec (roofline floors; shown in prompts from context "hardware" on).
         planner, coder: objects with ``ask(role, purpose, messages, *, model, max_tokens, node_id)`` returning
             an `LLMReply` (the same client twice is fine).
@@ -132,9 +130,12 @@ class LLMProposer:
                  evidence: Evidence | None = None,
                  strategy: StrategyConfig | None = None, planner_max_tokens: int = 8192,
                  coder_max_tokens: int = 16384):
-        if target not in SOURCE_LANGS:
-            raise ConfigError(f"the llm proposer writes kernels for {', '.join(SOURCE_LANGS)}, not {target!r}")
-        if target not in task.naive_sources:
+        try:
+            self._target = get_target(target)
+        except TargetError:
+            raise ConfigError(f"the llm proposer writes kernels for {', '.join(target_names())}, not {target!r}") \
+                from None
+        if self._target.naive_candidate(task) is None:
             raise KnowledgeError(f"task {task.name!r} has no naive kernel for target {target!r}")
         self.task, self.target, self.hardware = task, target, hardware
         self.planner, self.coder = planner, coder
@@ -343,7 +344,7 @@ class LLMProposer:
         mode, failed = self.coder_mode(tree, node)
         base_sources, base_launch = self._base(parent)
         common = dict(world=self._world(tree, node_id, frontier=False), node=ctx.node_view(tree, node_id),
-                      parent_code=_code_blocks(base_sources, base_launch),
+                      parent_code=_code_blocks(base_sources, base_launch, self._target.fence_langs),
                       base=f"the kernel of node {node.parent_id}" if parent is not None else "the naive kernel")
         if mode == "debug":
             failure = self._failure(tree, failed)  # type: ignore[arg-type]
@@ -395,10 +396,9 @@ class LLMProposer:
         """The code an action applies to: the parent's candidate, or the task's naive kernel."""
         if parent is not None:
             return dict(parent.sources), dict(parent.launch)
-        name = {"cuda": "kernel.cu", "triton": "kernel.py", "mlx-cuda": "kernel.cu",
-                "mlx-metal": "kernel.metal"}.get(self.target, "kernel.c")
-        launch = getattr(self.task, "naive_launch", {}).get(self.target, {})
-        return {name: self.task.naive_sources[self.target]}, dict(launch)
+        naive = self._target.naive_candidate(self.task)
+        assert naive is not None  # checked in __init__
+        return dict(naive.sources), dict(naive.launch)
 
     def _lookup(self, candidate_id: str | None) -> tuple[Candidate | None, Evaluation | None]:
         if not candidate_id:
@@ -426,7 +426,7 @@ class LLMProposer:
             else:
                 out["note"] = "the coder's reply held no usable kernel"
         if cand is not None:
-            out["code"] = _code_blocks(cand.sources, cand.launch)
+            out["code"] = _code_blocks(cand.sources, cand.launch, self._target.fence_langs)
         if ev is None:
             if node.candidate_id is not None:
                 out["note"] = "the evaluation's messages are not available to this proposer"

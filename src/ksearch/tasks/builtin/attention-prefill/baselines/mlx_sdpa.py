@@ -8,18 +8,17 @@ outputs as float32 NumPy.
 
 ``prepare`` moves the inputs into MLX arrays once (unified memory on Apple; the GPU through MLX's CUDA backend);
 the timed call evaluates the attention and synchronizes MLX's stream, timed by the host wall clock, as the judge
-times MLX candidates (ksearch.targets.mlx_runtime.WallClock). In other runs (cpu, cuda, triton) it is
-unavailable: those compare with torch-sdpa. Raises BaselineUnavailable without mlx."""
+times MLX candidates (ksearch.targets.mlx_runtime.WallClock). In runs whose kernels do not run through MLX
+(RUNS_MLX, given by the judge, is false: cpu, cuda, triton) it is unavailable: those compare with torch-sdpa.
+Raises BaselineUnavailable without mlx."""
 
 import math
 
 import numpy as np
 
-MLX_TARGETS = ("mlx", "mlx-metal", "mlx-cuda")
-
-if TARGET not in MLX_TARGETS:  # noqa: F821 (judge-provided)
+if not RUNS_MLX:  # noqa: F821 (judge-provided: the run's kernels run through MLX)
     raise BaselineNotForTarget(  # noqa: F821 (judge-provided; skipped quietly where torch-sdpa runs)
-        f"MLX's SDPA is compared only in runs on an MLX target ({', '.join(MLX_TARGETS)}), not {TARGET}")  # noqa: F821
+        f"MLX's SDPA is compared only in runs on an MLX target (mlx-metal, mlx-cuda), not {TARGET}")  # noqa: F821
 
 try:
     import mlx.core as mx

@@ -6,9 +6,11 @@ q [batch, q_heads, seqlen, head_dim], k, v [batch, kv_heads, seqlen, head_dim]; 
 (CONST_AXES, given by the judge), so one file serves every attention task. float16 or bfloat16 (uint16 bits in
 NumPy); outputs as float32 NumPy.
 
-``prepare`` moves the inputs to the device once, so the timed call is the kernel alone, timed by CUDA events on
-a GPU after the same launch cover as the candidates (a GPU spin of ksearch.targets.gpu_timing.COVER_US before
-the start event: torch's dispatch is hidden up to it). Before each timed call the L2 is flushed as the judge
+The device is the run's target's answer (TORCH_DEVICE, given by the judge: ``cuda`` where the run's kernels
+run on an NVIDIA GPU, else ``cpu``). ``prepare`` moves the inputs to the device once, so the timed call is the
+kernel alone, timed by CUDA events on a GPU after the same launch cover as the candidates (TORCH_SPIN, given by
+the judge: a GPU spin of ksearch.targets.gpu_timing.COVER_US before the start event: torch's dispatch is hidden
+up to it). Before each timed call the L2 is flushed as the judge
 flushes it for candidates (a buffer of twice the device's L2 written, outside the clock): without it the first
 H200 runs read torch-sdpa at llama3-8b b1 kv16k (67 MB of K/V against a 50 MB L2) at 25.4 us in the judge against
 31.4 us for SDPA forced to cuDNN in the L2-flushed bench; flushed, the judge reads 32.5 us (b8 kv4k: 40.0 us
@@ -28,12 +30,10 @@ if tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 5):  # enable_g
 CAUSAL = bool(CONST_AXES.get("causal", 0))  # noqa: F821 (judge-provided); decode has no causal axis: no mask
 
 
-#: the run's targets whose kernels run on an NVIDIA GPU: there the baseline is torch's GPU SDPA, else its CPU one
-GPU_TARGETS = ("cuda", "triton", "mlx-cuda")
-
-
 def _device():
-    if TARGET in GPU_TARGETS:  # noqa: F821 (judge-provided)
+    """The run's target's torch device (TORCH_DEVICE: torch's GPU SDPA where its kernels run on an NVIDIA GPU, else
+    its CPU one)."""
+    if TORCH_DEVICE == "cuda":  # noqa: F821 (judge-provided)
         if not torch.cuda.is_available():
             raise BaselineUnavailable(f"torch {torch.__version__} sees no CUDA device")  # noqa: F821
         return "cuda"
@@ -85,17 +85,15 @@ def prepare(q, k, v):
         def host_call():
             _sdpa(*args, CAUSAL)
         return host_call
-    from ksearch.targets.gpu_timing import torch_spin
-
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    spin = torch_spin(torch)
+    spin = TORCH_SPIN(torch)  # noqa: F821 (judge-provided: ksearch.targets.gpu_timing.torch_spin)
     l2 = torch.cuda.get_device_properties(args[0].device).L2_cache_size or 64 * 2**20
     flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device=args[0].device)
 
     def call():
         with _backends(True):  # entered before the clock starts: only torch's dispatch and the kernel are timed
             flush.fill_(1.0)  # evicts the inputs from L2, outside the clock (gpu_timing flushes candidates so)
-            spin()  # the judge's launch cover, as candidates get it (ksearch.targets.gpu_timing)
+            spin()  # the judge's launch cover, as candidates get it (TORCH_SPIN)
             start.record()
             _sdpa(*args, CAUSAL)
             end.record()
