@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from ksearch.eval.evaluator import EvalConfig, Evaluator  # noqa: E402
 from ksearch.records import Candidate  # noqa: E402
-from ksearch.hardware.cache import spec_for_target  # noqa: E402
+from ksearch.targets.base import spec_for_target  # noqa: E402
 from ksearch.knowledge import load_pack  # noqa: E402
 from ksearch.tasks import load_task  # noqa: E402
 
