@@ -223,10 +223,15 @@ DEFAULT_ORDER = 50
 
 def _module_names() -> list[str]:
     """The target modules of this package: no underscore in the name, not ``base`` (see `Target`)."""
+    return list(_package_modules())
+
+
+@lru_cache(maxsize=1)
+def _package_modules() -> tuple[str, ...]:
     import ksearch.targets as package
 
-    return sorted(m.name for m in pkgutil.iter_modules(package.__path__)
-                  if not m.ispkg and "_" not in m.name and m.name != "base")
+    return tuple(sorted(m.name for m in pkgutil.iter_modules(package.__path__)
+                        if not m.ispkg and "_" not in m.name and m.name != "base"))
 
 
 @lru_cache(maxsize=None)
