@@ -23,10 +23,11 @@ from typing import Any
 
 import yaml
 
-from ksearch.errors import Rejected, ReplyError, TargetError
+from ksearch.errors import Rejected, ReplyError
 from ksearch.llm.base import is_truncated
 from ksearch.search.edits import Delete, Insert, Split, Update, parse_edit
 from ksearch.targets import get_target, target_names
+from ksearch.targets.base import aliases
 
 
 YAML_LANGS = frozenset({"yaml", "yml"})
@@ -243,11 +244,10 @@ def extract_code(text: str, target: str, finish_reason: str | None = None) -> Co
         ReplyError: unknown target, a missing block (names what was found), a block left open (a truncated
             reply), an unreadable launch plan.
     """
-    try:
-        t = get_target(target)
-    except TargetError:
-        raise ReplyError(f"the llm coder writes kernels for {', '.join(target_names())}, not for target "
-                         f"{target!r}") from None
+    concrete = [n for n in target_names() if n not in aliases()]  # an alias (mlx) is resolved before
+    if target not in concrete:
+        raise ReplyError(f"the llm coder writes kernels for {', '.join(concrete)}, not for target {target!r}")
+    t = get_target(target)
     langs, suffixes = t.fence_files, tuple(t.source_suffixes)
     main = t.fence_lang
     cut = is_truncated(finish_reason)

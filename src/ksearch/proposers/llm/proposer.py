@@ -48,7 +48,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ksearch.errors import ConfigError, KnowledgeError, ReplyError, TargetError, TaskError
+from ksearch.errors import ConfigError, KnowledgeError, ReplyError, TaskError
 from ksearch.records import Candidate, Evaluation, Status
 from ksearch.proposers.llm import context as ctx
 from ksearch.llm import untrusted
@@ -58,6 +58,7 @@ from ksearch.search.edits import Delete, Insert, Split, Update, apply
 from ksearch.search.strategy import SearchState, StrategyConfig, decide, revise
 from ksearch.search.worldmodel import ROOT_ID, Node, NodeStatus, Tree
 from ksearch.targets import get_target, target_names
+from ksearch.targets.base import aliases
 
 if TYPE_CHECKING:
     from ksearch.hardware.spec import HardwareSpec
@@ -130,11 +131,10 @@ class LLMProposer:
                  evidence: Evidence | None = None,
                  strategy: StrategyConfig | None = None, planner_max_tokens: int = 8192,
                  coder_max_tokens: int = 16384):
-        try:
-            self._target = get_target(target)
-        except TargetError:
-            raise ConfigError(f"the llm proposer writes kernels for {', '.join(target_names())}, not {target!r}") \
-                from None
+        concrete = [n for n in target_names() if n not in aliases()]  # an alias (mlx) is resolved before
+        if target not in concrete:
+            raise ConfigError(f"the llm proposer writes kernels for {', '.join(concrete)}, not {target!r}")
+        self._target = get_target(target)
         if self._target.naive_candidate(task) is None:
             raise KnowledgeError(f"task {task.name!r} has no naive kernel for target {target!r}")
         self.task, self.target, self.hardware = task, target, hardware
