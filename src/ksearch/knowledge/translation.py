@@ -200,7 +200,11 @@ def unresolved_checks(tmap: TranslationMap) -> list[str]:
     return problems
 
 
-def map_for_target(target: str, source: str = "cuda") -> TranslationMap | None:
+#: the platform every shipped map starts from (``translation/<source>-<to>.yaml``)
+SOURCE = "cuda"
+
+
+def map_for_target(target: str, source: str = SOURCE) -> TranslationMap | None:
     """The map from ``source`` to the kernels target ``target`` writes (the target's `translation_map`: cpu,
     triton, mlx-metal -> metal; a name no target has is taken as a map's own ``to``, e.g. ``metal``), or None for
     a target no map leads to (cuda). Raises KnowledgeError on a malformed map file."""
@@ -213,7 +217,7 @@ def map_for_target(target: str, source: str = "cuda") -> TranslationMap | None:
     return load_translation(source, to)
 
 
-def own_knowledge(target: str = "cuda") -> tuple[list[Pattern], list[Assertion]]:
+def own_knowledge(target: str = SOURCE) -> tuple[list[Pattern], list[Assertion]]:
     """The source side's own patterns and assertions, for a target that is the source of the maps (cuda).
 
     Patterns: every map's patterns that have a ``target`` sketch, once per id (first map in `available` order).

@@ -338,7 +338,7 @@ def translation_view(target: str, level: str) -> dict[str, Any] | None:
     is nothing to show.
     """
     from ksearch.eval.static_checks import rules_for
-    from ksearch.knowledge.translation import map_for_target, own_knowledge
+    from ksearch.knowledge.translation import SOURCE, map_for_target, own_knowledge
 
     if level == "none":
         return None
@@ -356,8 +356,10 @@ def translation_view(target: str, level: str) -> dict[str, Any] | None:
         side = tmap.target if tmap is not None else target
         if tmap is not None:
             pats, asserts = tmap.patterns, tmap.assertions
-        else:
+        elif get_target(target).limit_family == SOURCE:  # its kernels are the source side's (cuda, mlx-cuda)
             pats, asserts = own_knowledge(target)
+        else:  # neither the end of a map nor its source (null)
+            pats, asserts = [], []
         for p in pats:
             sketch = [ln.rstrip() for ln in p.sketches.get(side, "").strip("\n").splitlines()]
             patterns.append({"id": p.id, "title": p.title, "text": p.description,
