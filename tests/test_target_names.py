@@ -58,7 +58,8 @@ def scan(source: str, filename: str = "<source>") -> list[tuple[int, str]]:
     def flag(node: ast.AST, what: str) -> None:
         found.setdefault(node.lineno, what)
 
-    for node in ast.walk(ast.parse(source, filename)):
+    tree = ast.parse(source, filename)  # one tree: `in_compare` holds ids of its nodes
+    for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
             operands = [node.left, *node.comparators]
             for op, a, b in zip(node.ops, operands, operands[1:]):
@@ -78,7 +79,7 @@ def scan(source: str, filename: str = "<source>") -> list[tuple[int, str]]:
             keys = [k for k in node.keys if k is not None and _strings(k)]
             if len(keys) >= 2:
                 flag(node, f"a table keyed by targets ({', '.join(k.value for k in keys)})")  # type: ignore[attr-defined]
-    for node in ast.walk(ast.parse(source, filename)):
+    for node in ast.walk(tree):
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and id(node) not in in_compare:
             names = _strings(node)
             if len(names) >= 2:
