@@ -148,7 +148,7 @@ def _check_and_time(task: Task, module: dict, inputs: dict, result: WorkloadResu
         wall_ms = (time.perf_counter_ns() - t0) * 1e-6
         if device_ms is None:
             times.append(wall_ms)
-        elif isinstance(device_ms, numbers.Real) and not isinstance(device_ms, bool) and 0 < device_ms < math.inf:
+        elif isinstance(device_ms, numbers.Real) and not isinstance(device_ms, bool) and 0 < float(device_ms) < math.inf:
             times.append(float(device_ms))
         else:
             raise ValueError(f"call() returned {device_ms!r}: not None (host clock) or a device time in ms > 0")

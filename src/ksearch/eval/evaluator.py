@@ -251,7 +251,7 @@ class Evaluator:
         self.progress(f"compile {candidate.id}")
         built = self.target.compile(candidate, self.definition, self.config.compile_timeout_s)
         ev.compile_log, ev.compile_s = built.log, built.seconds
-        if not built.ok:
+        if not built.ok or built.artifact is None:
             ev.status, ev.message = Status.COMPILE_ERROR, built.log
             return ev
         if self.config.static_checks:  # what the built library links and runs at load (the robust layer)
@@ -476,7 +476,7 @@ class Evaluator:
     def _call(self, c: Contender, args: list[ArgRef], timeout_s: float) -> tuple[Status, str]:
         """One untimed call. Raises ExternalKill when the worker was killed from outside."""
         try:
-            reply = c.worker.request(CallRequest(args=args), timeout_s)
+            reply = c.running.request(CallRequest(args=args), timeout_s)
         except WorkerStopped as e:
             raise ExternalKill(c.role, str(e)) from None
         except WorkerTimeout:
@@ -493,6 +493,8 @@ class Evaluator:
 
     def roofline_of(self, wl: Workload, res: WorkloadResult) -> None:
         """Fill ``res``'s achieved GB/s and, with a hardware spec, its floor, bound and % of floor."""
+        if res.median_ms is None:
+            return
         cost = self.definition.cost_of(wl)
         seconds = res.median_ms / 1e3
         res.achieved_gbs = cost.bytes / seconds / 1e9 if seconds > 0 else None
@@ -546,9 +548,10 @@ class _Session:
         """Calibrate a spawned worker's empty round trip (before its kernel loads), then load the kernel; on
         failure ``c.failure`` says why. Raises ExternalKill."""
         judge = self.judge
+        assert c.spawned is not None, "a contender is made ready once, after it was spawned"
         candidate, artifact, t_load = c.spawned
         c.spawned = None
-        worker = c.worker
+        worker = c.running
         try:
             c.overhead = calibrate(worker)
             evict = judge.evict_library()
@@ -587,7 +590,7 @@ class _Session:
                 same.aliases += (ref.role,)
                 continue
             built = self.judge.target.compile(ref.candidate, self.judge.definition, self.judge.config.compile_timeout_s)
-            if not built.ok:
+            if not built.ok or built.artifact is None:
                 self.refs.append(Contender(ref.role, ref.candidate.id, None, False, self.scratch / ref.role,
                                            failure=(Status.COMPILE_ERROR, built.log[:300])))
                 continue
@@ -596,11 +599,11 @@ class _Session:
     def _references(self) -> list[Contender]:
         """The reference kernels' workers, ready (spawned at the evaluation's start when it times anything)."""
         self.spawn_references()
-        for r in self.refs:
+        for r in self.refs or []:
             if r.failure is None and r.spawned is not None:
                 self.judge.progress(f"reference {r.role} {r.candidate_id}: loading")
                 self._ready(r, None)
-        return [r for r in self.refs if r.failure is None]
+        return [r for r in self.refs or [] if r.failure is None]
 
     def close(self) -> None:
         for c in [self.cand, *(self.refs or [])]:
@@ -652,7 +655,7 @@ class _Session:
     def _drop_workers(self, role: str, final: bool) -> None:
         """Close every worker after an outside kill; a reference killed a second time leaves the session."""
         if self.cand is not None:
-            self.cand.worker.close()
+            self.cand.running.close()
             self.cand = None
         for r in self.refs or []:
             if r.worker is not None:
@@ -664,7 +667,7 @@ class _Session:
 
     def _one(self, wl: Workload, timed: bool, ev: Evaluation) -> WorkloadResult:
         judge = self.judge
-        if self.cand is None or self.cand.worker.proc.poll() is not None:
+        if self.cand is None or self.cand.running.proc.poll() is not None:
             self.cand = self._ready(self._spawn("candidate", self.candidate, self.artifact), ev)
         res = WorkloadResult(workload=wl.label, status=Status.PASSED)
         if self.cand.failure is not None:
@@ -682,7 +685,7 @@ class _Session:
         if not timed:
             return res
         refs = self._references()
-        if self.cand.worker.proc.poll() is not None:
+        if self.cand.running.proc.poll() is not None:
             res.status, res.message = Status.RUNTIME_ERROR, "the worker exited after the checks"
             return self._failed(res)
         reading = meter.reading()
@@ -705,7 +708,7 @@ class _Session:
 
     def _failed(self, res: WorkloadResult) -> WorkloadResult:
         if res.status in (Status.TIMEOUT, Status.RUNTIME_ERROR, Status.REJECTED) and self.cand is not None:
-            self.cand.worker.close()
+            self.cand.running.close()
             self.cand = None
         return res
 
@@ -734,6 +737,7 @@ class _Session:
         re-probed ceiling itself could not be measured on a quiet machine (then the time stands, with a note)."""
         from ksearch.hardware.reprobe import reprobe
 
+        assert self.cand is not None, "only the candidate's own timing is checked against the floor"
         judge = self.judge
         first = f"{res.median_ms:.4g} ms ({res.pct_of_floor:.0f}% of the floor {res.floor_ms:.4g} ms)"
         judge.progress(f"suspect: {wl.label} below the roofline floor; measuring the {res.bound} ceiling again")
@@ -783,7 +787,7 @@ class _Session:
             if p.ratio and base:
                 return base * p.ratio
         naive = self.judge.naive_ms.get(wl.label)
-        return naive / res.median_ms if naive else None
+        return naive / res.median_ms if naive and res.median_ms else None
 
 
 def _sandbox_summary(report: dict) -> dict:

@@ -23,7 +23,7 @@ import math
 import operator
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ksearch.errors import KsearchError
 
@@ -222,7 +222,7 @@ def declarations(code: str, keyword: str, target: str, consts: dict[str, int],
             if not dynamic and size is not None:
                 for x in dims:
                     v = evaluate(x, consts, target, aliases)
-                    if v is None or v < 0:
+                    if v is None or v < 0 or total is None:
                         total = None
                         break
                     total *= v
@@ -232,7 +232,9 @@ def declarations(code: str, keyword: str, target: str, consts: dict[str, int],
 
 
 def _split_top(s: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in s:
         if ch in "[(<{":
             depth += 1
@@ -277,7 +279,7 @@ def device_limit_rules(family: str | None, hardware=None) -> list["Rule"]:
             value = getattr(catalog.limits(entry.name), lim.figure) if lim is not None and lim.figure else None
         except (KsearchError, AttributeError):
             value = None
-        if value is None:
+        if value is None or lim is None or not lim.figure:
             out.append(rule)
             continue
         source = f"hardware catalog {entry.name} ({lim.figure}): {entry.source_of(lim.figure) or ''}"
@@ -353,7 +355,7 @@ def _group_memory(rule: "Rule", candidate: "Candidate", code_view: dict[str, "Li
         decls = [Declaration(d.name, d.type, d.extents, d.bytes, d.dynamic, numbers[d.line - 1], d.group)
                  for d in decls]
         file_scope = [d for d in decls if d.group is None]
-        groups = sorted({d.group for d in decls if d.group is not None}) or [None]
+        groups: list[int | None] = [*sorted({d.group for d in decls if d.group is not None})] or [None]
         worst = None
         for g in groups:
             members = file_scope + ([d for d in decls if d.group == g] if g is not None else [])
@@ -400,16 +402,17 @@ def _group_threads(rule: "Rule", candidate: "Candidate", code_view: dict[str, "L
                 findings.append(_finding(rule, candidate, name, numbers[idx] if idx < len(numbers) else idx + 1,
                                          f"{m.group(0).strip()}) declares {v} threads per group"))
                 break
-    sizes: list[tuple[str, list]] = [(f"launches.{i}.block", x.get("block")) for i, x in enumerate(_launches(candidate))]
+    sizes: list[tuple[str, Any]] = [(f"launches.{i}.block", x.get("block")) for i, x in enumerate(_launches(candidate))]
     if isinstance(candidate.launch, dict) and candidate.launch.get("threadgroup") is not None:
         sizes.append(("threadgroup", candidate.launch.get("threadgroup")))
     for where, dims in sizes:
         if not isinstance(dims, (list, tuple)) or not dims:
             continue
         values = [evaluate(str(x), all_consts, family) for x in dims]
-        if any(v is None for v in values):
+        known = [v for v in values if v is not None]
+        if len(known) < len(values):
             continue  # depends on the workload's axes: the launch itself checks it
-        n = math.prod(values)
+        n = math.prod(known)
         if n > limit:
             findings.append(_finding(rule, candidate, "launch plan", 0,
                                      f"{where} {list(dims)} is {n} threads per group"))

@@ -233,7 +233,15 @@ class Contender:
     #: further roles of the same kernel (the parent that is also the best): one worker, one comparison each
     aliases: tuple[str, ...] = ()
     #: (candidate, artifact, start time) of a worker started but not yet calibrated and loaded
-    spawned: tuple | None = None
+    spawned: tuple[Candidate, Path, float] | None = None
+
+    @property
+    def running(self) -> Worker:
+        """Its worker. Raises RuntimeError for a contender that never started one (its build failed: the judge
+        reads its ``failure`` instead)."""
+        if self.worker is None:
+            raise RuntimeError(f"the {self.role} kernel {self.candidate_id} has no worker: {self.failure}")
+        return self.worker
 
     @property
     def roles(self) -> tuple[str, ...]:
