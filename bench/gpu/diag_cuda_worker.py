@@ -59,6 +59,7 @@ if __name__ == "__main__" and "--workers" not in sys.argv:
 
 def workers():
     """The naive CUDA kernel loaded and called by real workers under each sandbox setting."""
+    from ksearch.eval.evaluator import WORKER_MODULE
     from ksearch.jail.sandbox import Policy, Worker
     from ksearch.protocol import LoadRequest
     from ksearch.records import Candidate
@@ -71,7 +72,8 @@ def workers():
     for ns in ("off", "auto"):
         for sec in (False, True):
             scratch = Path(tempfile.mkdtemp())
-            w = Worker(scratch, Policy(namespaces=ns, seccomp=sec, gpu=True), readable=[built.artifact.parent])
+            w = Worker(scratch, Policy(namespaces=ns, seccomp=sec, gpu=True), readable=[built.artifact.parent],
+                       module=WORKER_MODULE)
             try:
                 r = w.request(LoadRequest(target="cuda", artifact=str(built.artifact), candidate=c,
                                           definition=t.definition.model_dump(mode="json")), 120)

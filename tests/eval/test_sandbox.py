@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ksearch.eval.evaluator import WORKER_MODULE
 from ksearch.jail import jail, jail_fs
 from ksearch.jail.compile_jail import LAUNCHER
 from ksearch.errors import describe_exit
@@ -69,7 +70,7 @@ def test_worker_reports_its_sandbox_and_leaves_no_trace(scratch):
     before, pid_max = _mounts(), Path("/proc/sys/kernel/pid_max").read_text()
     out = scratch / "out.y"
     out.write_bytes(b"\0" * 16)
-    with Worker(scratch, Policy(), writable=[out]) as w:
+    with Worker(scratch, Policy(), writable=[out], module=WORKER_MODULE) as w:
         nothing = Candidate(target="none", sources={})
         reply = w.request(LoadRequest(target="none", artifact="", candidate=nothing, definition={}), 60)
         assert isinstance(reply, ErrorReply)  # nothing to load; the sandbox is up all the same

@@ -28,9 +28,9 @@ def worker(judge, tmp_path_factory):
     w.close()
 
 
-def raw(w, line: str) -> dict:
+def raw(w, line: str | bytes) -> dict:
     """Write ``line`` to the worker as it is and read its reply line."""
-    w.proc.stdin.write(line.encode() + b"\n")
+    w.proc.stdin.write((line.encode() if isinstance(line, str) else line) + b"\n")
     w.proc.stdin.flush()
     return json.loads(w.proc.stdout.readline())
 
@@ -46,6 +46,8 @@ def test_lines_that_are_no_request_get_an_error_reply_and_the_worker_reads_on(wo
     assert bad["id"] == "p1" and not bad["ok"] and "malformed prepare request" in bad["error"]
     assert "args.0.array.dtype" in bad["error"]
     assert "unknown op" in raw(w, '{"id": "n1"}')["error"]
+    assert "UnicodeDecodeError" in raw(w, b'{"op": "ping", "id": "\xff"}')["error"]  # not UTF-8
+    assert "RecursionError" in raw(w, "[" * 100_000)["error"]  # deeper than the JSON parser goes
     assert isinstance(w.request(PingRequest(), 10), PingReply)  # still answering
 
 

@@ -59,6 +59,8 @@ MIN_LOAD_WINDOW_S = 0.25
 
 #: the most a worker without the eviction library writes to evict the caches before a timed cpu call (256 MiB)
 FLUSH_CAP_BYTES = 256 << 20
+#: the worker's program (`ksearch.eval.worker`), started by the sandbox as ``python -m WORKER_MODULE``
+WORKER_MODULE = "ksearch.eval.worker"
 
 
 @dataclass
@@ -243,7 +245,7 @@ class Evaluator:
         if self.config.static_checks:
             self.progress(f"static checks {candidate.id}")
             findings = static_checks.check(candidate, static_checks.rules_for(self.target.rule_family),
-                                           getattr(self.target, "expand", None))
+                                           self.target.expand)
             if findings:
                 more = f"; also: {', '.join(sorted({f.rule for f in findings[1:]}))}" if len(findings) > 1 else ""
                 ev.status, ev.message = Status.REJECTED, f"{findings[0]}{more}"
@@ -309,7 +311,7 @@ class Evaluator:
             policy = policy.model_copy(update={"cpu_s": self._cpu_limit_s(n_workloads)})
         evict = self.evict_library()
         readable = [Path(artifact).parent, self.data.root()] + ([evict.parent] if evict is not None else [])
-        return Worker(scratch, policy, writable=outs, readable=list(dict.fromkeys(readable)))
+        return Worker(scratch, policy, writable=outs, readable=list(dict.fromkeys(readable)), module=WORKER_MODULE)
 
     def checked_call(self, c: Contender, wl: Workload, seed: int, axes: dict[str, int],
                      res: WorkloadResult) -> tuple | None:
@@ -453,11 +455,9 @@ class Evaluator:
         return Status.PASSED, "", worst_abs, worst_rel
 
     def evict_library(self) -> Path | None:
-        """The cpu target's cache-eviction library (`CpuTarget.evict_library`), built at the first call; None on
-        other targets or where it cannot be built."""
+        """The target's cache-eviction library (`Target.evict_library`), asked once; None where it has none."""
         if self._evict is False:
-            build = getattr(self.target, "evict_library", None)  # only the cpu target has one
-            self._evict = build() if build is not None else None
+            self._evict = self.target.evict_library()
         return self._evict  # type: ignore[return-value]
 
     def flush_bytes(self, wl: Workload) -> int:

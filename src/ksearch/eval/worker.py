@@ -56,23 +56,23 @@ def _evict_function(path: str):
     return evict
 
 
-def _request_id(line: str):
+def _request_id(line: bytes):
     """The ``id`` of a request line that did not validate, where it has one (for the error reply)."""
     try:
         obj = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested past the parser's depth
         return None
     return obj.get("id") if isinstance(obj, dict) and isinstance(obj.get("id"), str) else None
 
 
-def _malformed(line: str, e: ValidationError) -> str:
+def _malformed(line: bytes, e: ValidationError) -> str:
     """Why a request line did not validate: an unknown op by name, else the fields that are wrong."""
     from ksearch.protocol import OPS, describe
 
     try:
         obj = json.loads(line)
-    except ValueError as err:
-        return f"malformed request (not JSON: {err})"
+    except (ValueError, RecursionError) as err:
+        return f"malformed request (not JSON: {type(err).__name__}: {str(err)[:200]})"
     if not isinstance(obj, dict):
         return f"malformed request (not an object: {line[:80]!r})"
     if obj.get("op") not in OPS:
@@ -91,7 +91,7 @@ def _main() -> int:
     import numpy  # noqa: F401  imported before the kernel loads (the cpu runner's argument mapping uses it)
 
     # Keep the protocol on private descriptors; give the kernel /dev/null as stdin and stderr as stdout.
-    requests = os.fdopen(os.dup(0), "r")
+    requests = os.fdopen(os.dup(0), "rb")  # bytes: a line that is not UTF-8 is a malformed request, not a crash
     replies = os.fdopen(os.dup(1), "w")
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)

@@ -1,7 +1,7 @@
 """A worker process the controller can always kill, in a sandbox.
 
-Each worker runs ``python -m ksearch.eval.worker '<policy>'`` in a new session (so its whole process group can
-be killed), with a scrubbed environment (a whitelist: PATH, locale and OpenMP variables; HOME and TMPDIR in
+Each worker runs ``python -m <module> '<policy>'`` (the judge's: `ksearch.eval.worker`) in a new session (so its
+whole process group can be killed), with a scrubbed environment (a whitelist: PATH, locale and OpenMP variables; HOME and TMPDIR in
 its own directory) and the sandbox of `ksearch.jail.jail`: new user, mount, network, PID and IPC namespaces
 where the system allows them, a read-only file system except its home (a size-limited tmpfs) and the output
 files, the invoking user's home hidden, no capabilities, a seccomp filter (no new processes, exec, sockets or
@@ -208,10 +208,13 @@ class Worker:
         policy: what the sandbox enforces.
         writable: files the worker may write (the output files; they must exist already).
         readable: further paths the worker must be able to read (the compiled kernel's directory).
+        module: the worker's program, run as ``python -m module '<policy>'`` (the judge's:
+            `ksearch.eval.evaluator.WORKER_MODULE`; named by the caller, so that the sandbox, below the judge, knows
+            no module above it).
     """
 
     def __init__(self, scratch: Path, policy: Policy | None = None, writable: list[Path] = (),
-                 readable: list[Path] = ()):
+                 readable: list[Path] = (), *, module: str):
         self.scratch = scratch
         self.policy = policy or Policy()
         self.home = scratch / "home"
@@ -222,7 +225,7 @@ class Worker:
         arg = policy_argument(self.policy, self.home, list(writable), list(readable))
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ksearch.eval.worker", arg],
+                [sys.executable, "-m", module, arg],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                 cwd=self.home, env=scrubbed_env(self.home, self.policy.gpu, self.policy.gpu_env), start_new_session=True,
             )

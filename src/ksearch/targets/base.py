@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Callable, Literal, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, Sequence
 
 from ksearch.errors import TargetError, UnsupportedOp
 from ksearch.protocol import ArgRef, Clock, TimingPlan
@@ -118,9 +118,18 @@ class Target(Protocol):
     #: None, or: its device absent here, ``ksearch run`` with the offline proposer generates the search's first
     #: candidates and checks them statically (`ksearch.search.static_pass`), then stops, in these words
     checks_without_device: OfflineChecks | None
+    #: the preprocessor's view of a candidate's own lines for the static checks (`ksearch.eval.static_checks`'
+    #: ``Expander``: the cpu target runs the C preprocessor in the compile jail), or None: the sources as written
+    expand: Callable[[Candidate], Any] | None
 
     def available(self) -> str | None:
         """None when this machine can run the target, else the reason it cannot."""
+
+    def evict_library(self) -> Path | None:
+        """The judge's cache-eviction library for host memory (``targets/native/evict.c``, built once), which the
+        worker loads before the kernel and hands to the runner (`Runner.evict`); None: the runner's arguments are
+        not host memory the judge evicts line by line (device memory), or the library cannot be built here (a
+        controller-clock runner then writes a buffer)."""
 
     def abi(self, definition: Definition) -> str:
         """The entry point's calling convention for ``definition``, as code for a prompt (a C prototype, the
@@ -239,7 +248,7 @@ def _module(name: str) -> ModuleType | str:
     """The target module ``name``, or why it does not import (a broken module hides only its own targets)."""
     try:
         return importlib.import_module(f"ksearch.targets.{name}")
-    except ImportError as e:
+    except Exception as e:  # a missing library, or a module broken some other way (a syntax error, a bad table)
         return f"{type(e).__name__}: {e}"
 
 

@@ -228,6 +228,12 @@ class MlxTarget:
         self.checks_without_device = OfflineChecks("Metal", "an Apple GPU with MLX",
                                                    "on a Mac run `ksearch run {task} --target mlx`") if metal else None
 
+    expand = None  # the static checks read its sources as written
+
+    def evict_library(self) -> Path | None:
+        """None: its kernels' arguments live in device memory (the device runner evicts its own caches)."""
+        return None
+
     def available(self) -> str | None:
         return mlx_status(self.name)
 

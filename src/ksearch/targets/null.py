@@ -94,6 +94,15 @@ class NullTarget:
     prompt_template = PROMPTS_DIR / "null.j2"
     reply_format = "one ```python block (kernel.py)"
 
+    expand = None  # no static rules read it
+
+    def evict_library(self) -> Path | None:
+        """The cpu target's eviction library (its arguments are host memory too), None where no C compiler
+        builds it: the runner then writes a buffer."""
+        from ksearch.targets.cpu import CpuTarget
+
+        return CpuTarget().evict_library()
+
     def available(self) -> str | None:
         return None  # NumPy is a dependency of ksearch
 
