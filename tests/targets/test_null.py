@@ -159,3 +159,22 @@ def test_ksearch_run_searches_on_the_null_target_end_to_end(tmp_path, monkeypatc
     if s["best_candidate_id"] is not None:  # timing noise on tiny may leave none above the naive kernel
         assert s["best_status"] == "PASSED" and s["hidden_workloads"]["status"] == "PASSED"
         assert open(s["best_source"]).read().startswith('"""Selective scan (Mamba-1 S6 forward) in NumPy')
+
+
+def test_no_c_compiler_is_needed(tmp_path, monkeypatch):
+    """Without a C compiler (no probes, no eviction library) the null target still judges a kernel: its hardware
+    spec's ceilings come from NumPy (provisional) and the runner evicts by writing a buffer."""
+    import ksearch.cli.eval_cmd as eval_cmd
+
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    spec = NULL.hardware_spec()
+    assert spec.provisional and "NumPy" in spec.source and spec.memory_bandwidth_gbs > 0
+    assert NULL.evict_library() is None
+    monkeypatch.setattr(eval_cmd, "EvalConfig", functools.partial(EvalConfig, timing=QUICK, busy_wait_s=0.0))
+    path = tmp_path / "scan.py"
+    path.write_text(pack_kernel(precision="float32"))
+    r = runner.invoke(app, ["eval", "selective-scan", str(path), "--target", "null", "-w", "tiny", "--seeds", "1",
+                            "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["status"] == "PASSED"

@@ -89,3 +89,43 @@ def provisional_reason(spec: HardwareSpec) -> str | None:
     """Why `spec` must not be cached (probed under load, implausible figures), or None."""
     reasons = under_load(spec.measured) + implausible(spec)
     return "; ".join(reasons) or None
+
+
+def numpy_spec(info: CpuInfo | None = None, repeats: int = 3) -> HardwareSpec:
+    """The local CPU's detected facts with ceilings NumPy measures in this process, for where no C compiler builds
+    the probes (the null target's kernels are NumPy themselves): memory bandwidth from copying a 256 MiB array
+    (read + written bytes), FP32 FLOP/s from a 1024^3 matrix product (BLAS, its threads), exp evaluations per second
+    from ``np.exp`` over 4 Mi floats (one thread); best of ``repeats`` each, about a second in all. Always
+    provisional (`HardwareSpec.provisional`): never cached, and a time below its floor is never rejected on it."""
+    import time
+
+    import numpy as np
+
+    info = info or detect_cpu()
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return max(min(times), 1e-9)
+
+    src = np.ones(64 << 20, np.float32)
+    dst = np.empty_like(src)
+    copy_s = best(lambda: np.copyto(dst, src))
+    a = np.ones((1024, 1024), np.float32)
+    matmul_s = best(lambda: a @ a)
+    x = np.linspace(-4, 4, 4 << 20, dtype=np.float32)
+    exp_s = best(lambda: np.exp(x))
+    return HardwareSpec(
+        name=local_name(info), kind="cpu", vendor=info.vendor, model=info.model, cores=info.cores,
+        threads=info.threads, simd_isa=info.simd_isa, simd_width_bits=info.simd_width_bits,
+        simd_width=info.simd_width, caches=info.caches,
+        memory_bandwidth_gbs=2 * src.nbytes / copy_s / 1e9,
+        peak_flops={"float32": 2 * 1024 ** 3 / matmul_s},
+        exp_rate_per_s=x.size / exp_s,
+        source=f"measured with NumPy {np.__version__} in this process (no C compiler for the probes)",
+        sources={f: "detected from /proc/cpuinfo, sysfs or lscpu" for f in ("model", "cores", "simd_isa", "caches")},
+        provisional="ceilings measured with NumPy, not the C probes (no C compiler here)",
+    )

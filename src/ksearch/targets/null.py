@@ -15,7 +15,9 @@ the source to ``$KSEARCH_HOME/cache/null/<candidate id>.py``, the artifact the w
 The naive kernel is the task's ``naive.null.py`` where it ships one, else derived from the task's definition:
 a module that runs the definition's reference (`ksearch.tasks.reference.run_reference`) on the arguments and
 writes its float64 outputs, cast to their dtypes, into the output arrays, so every task runs with no data
-added. The hardware spec is the local CPU's. No static rules: the sandbox alone contains a kernel.
+added. The hardware spec is the local CPU's. No static rules: the sandbox alone contains a kernel,
+and its times are worth only an honest kernel's (a Python kernel can rebind the runner it runs in and do its work
+outside the timed call: docs/evaluation.md, "What the judge does not guarantee").
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ksearch import config
+from ksearch.errors import HardwareError
 from ksearch.records import Candidate
 from ksearch.targets.base import PROMPTS_DIR, CompileResult, naive_from_task
 from ksearch.targets.py_source import check_module
@@ -120,9 +123,17 @@ class NullTarget:
                          meta={"role": "naive"})
 
     def hardware_spec(self) -> HardwareSpec:
-        """The local CPU's spec: measured once, then cached (`ksearch.hardware.cache.load_or_measure`)."""
+        """The local CPU's spec: measured by the C probes once, then cached (`ksearch.hardware.cache.load_or_measure`);
+        where no C compiler is, its ceilings measured with NumPy (`ksearch.hardware.local.numpy_spec`, provisional).
+        Raises HardwareError when a probe fails."""
         from ksearch.hardware.cache import load_or_measure
+        from ksearch.hardware.local import numpy_spec
+        from ksearch.hardware.probes import find_compiler
 
+        try:
+            find_compiler()
+        except HardwareError:  # no compiler: the whole stack still runs, on NumPy's own ceilings
+            return numpy_spec()
         return load_or_measure()
 
     def launch_problem(self, candidate: Candidate, definition: Definition, axes: dict[str, int]) -> str | None:
