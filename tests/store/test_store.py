@@ -209,3 +209,25 @@ def test_a_store_from_before_the_reports_table_is_migrated(tmp_path):
     report = _report()[1]
     s.put_report(report)
     assert s.report() == report
+
+
+def test_best_score_is_the_world_models_best_not_the_highest_score(tmp_path):
+    """A kernel that tied with the best of its time can score a little higher than it: `ksearch runs list` must
+    show the best the tree (and `ksearch show`) has, not the highest score; a damaged snapshot is a StoreError."""
+    from ksearch.search.worldmodel import ROOT_ID, Action, EvalSummary, Node, Tree, attach
+
+    t = attach(Tree.new(), ROOT_ID, "base", EvalSummary(status="PASSED", score=1.0, latency_ms={"w": 1.0}))
+    t = t.replace(Node(id="a", parent_id=ROOT_ID, action=Action(title="a")),
+                  Node(id="b", parent_id="a", action=Action(title="b")))
+    t = attach(t, "a", "ca", EvalSummary(status="PASSED", score=1.5, latency_ms={"w": 0.6}, vs_best="faster"))
+    t = attach(t, "b", "cb", EvalSummary(status="PASSED", score=1.6, latency_ms={"w": 0.6}, vs_best="tie"))
+    s = Store(tmp_path / "run.sqlite", create=True)
+    s.create_run("r1", "t", "cpu", {"task": "t", "budget": 3}, {}, None)
+    c = Candidate(target="cpu", sources={"k.c": "x"})
+    s.record_step(c, Evaluation(candidate_id=c.id, task="t", target="cpu", status=Status.PASSED), 1.6,
+                  t.model_dump_json(), "{}", None)
+    assert t.best().id == "a" and s.best_score() == pytest.approx(1.5)
+    s.record_snapshot('{"nodes": 7}', "{}")
+    with pytest.raises(StoreError, match="world model does not load"):
+        s.best_score()
+    s.close()

@@ -197,8 +197,19 @@ class Store:
 
     @_reads
     def best_score(self) -> float | None:
-        """The highest score of a passing evaluation, or None."""
-        return self.db.execute("SELECT MAX(score) FROM evaluations WHERE status = 'PASSED'").fetchone()[0]
+        """The score of the run's best kernel as its world model has it (`ksearch.search.worldmodel.Tree.best`: a
+        regressed kernel, or one that tied with the best of its time, never counts, whatever its score), or None
+        when nothing is solved. A run without a snapshot: the highest score of a passing evaluation."""
+        from ksearch.search.worldmodel import Tree
+
+        snap = self.latest_snapshot()
+        if snap is None:
+            return self.db.execute("SELECT MAX(score) FROM evaluations WHERE status = 'PASSED'").fetchone()[0]
+        try:
+            best = Tree.model_validate_json(snap[1]).best()
+        except ValueError as e:  # pydantic's ValidationError: a damaged snapshot
+            raise StoreError(f"{self.path}: the newest snapshot's world model does not load: {str(e)[:300]}") from None
+        return best.evaluation.score if best is not None and best.evaluation is not None else None
 
     def set_status(self, status: str) -> None:
         with self.transaction() as db:
