@@ -165,7 +165,7 @@ def test_triton_workers_get_the_gpu_with_namespaces_and_seccomp_off(task, monkey
 
     seen = {}
 
-    def fake_worker(scratch, policy, writable, readable):
+    def fake_worker(scratch, policy, writable, readable, module):
         seen["policy"] = policy
         raise KsearchError("stop here")
 

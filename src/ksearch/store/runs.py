@@ -72,8 +72,12 @@ def list_runs() -> list[dict]:
             status = info["status"]
             if status == "running" and not _locked(d):
                 status = "stopped"
+            try:
+                best = store.best_score()
+            except StoreError:  # a damaged world model: the run is listed, its best unknown (`show` says why)
+                best = None
             rows.append({"id": d.name, "task": info["task"], "target": info["target"], "status": status,
-                         "evaluations": store.evaluation_count(), "best_score": store.best_score(),
+                         "evaluations": store.evaluation_count(), "best_score": best,
                          "created_at": info["created_at"], "updated_at": info["updated_at"]})
         except StoreError as e:
             rows.append({"id": d.name, "status": "unreadable", "error": str(e)})
