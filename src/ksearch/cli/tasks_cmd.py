@@ -20,11 +20,16 @@ def tasks(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help
     """List the built-in tasks."""
     if ctx.invoked_subcommand is not None:
         return
+    from ksearch.targets import base
+
+    alias = base.aliases()
+    targets = [base.get_target(n) for n in base.target_names() if n not in alias]
     rows = []
     for name in builtin_names():
         t = load_task(name)
         rows.append({"name": name, "op_type": t.definition.op_type, "workloads": len(t.workloads),
-                     "naive": sorted(t.naive_sources), "dtypes": sorted({s.dtype for s in t.definition.inputs.values()}),
+                     # the targets it has a naive kernel for: shipped (naive.<target>.<ext>) or derived (null)
+                     "naive": sorted(x.name for x in targets if x.naive_candidate(t) is not None), "dtypes": sorted({s.dtype for s in t.definition.inputs.values()}),
                      "description": (t.definition.description or "").strip()})
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
