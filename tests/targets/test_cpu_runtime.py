@@ -83,7 +83,7 @@ def test_without_the_library_prepare_writes_a_buffer_and_inputs_move(runner, def
     for _ in range(3):
         runner.prepare(args, flush_bytes=4096)
         addresses.add(runner._args[0])
-    assert runner._flush is not None and runner._flush.nbytes == 4096
+    assert runner._flush.buffer is not None and runner._flush.buffer.nbytes == 4096
     assert len(addresses) > 1  # a fresh random address each time (a collision of all three: ~1e-7)
 
 

@@ -335,6 +335,24 @@ def naive_from_task(target: Target, task: Task) -> Candidate | None:
                      launch=dict(task.naive_launch.get(target.name, {})), meta={"role": "naive"})
 
 
+
+class DeviceTargetDefaults:
+    """The answers a device target gives unless it says otherwise (a base class for its Target): the static checks
+    read its sources as written (``expand`` None), no eviction library (its arguments live in device memory; the
+    runner evicts the device's caches itself), the task's shipped naive kernel (`naive_from_task`), no launch plan
+    to check without the device."""
+
+    expand = None
+
+    def evict_library(self) -> Path | None:
+        return None
+
+    def naive_candidate(self, task: Task) -> Candidate | None:
+        return naive_from_task(self, task)  # type: ignore[arg-type]  # a Target's class derives from this
+
+    def launch_problem(self, candidate: Candidate, definition: Definition, axes: dict[str, int]) -> str | None:
+        return None
+
 # -- the hardware spec a run measures against ---------------------------------------------------------------
 
 

@@ -13,7 +13,6 @@ import ctypes
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 
 from ksearch.errors import TargetError, UnsupportedOp
 from ksearch.protocol import ArgRef
@@ -57,8 +56,7 @@ class CpuRunner(ControllerClockRunner):
         self._args: list = []  # the mapped arguments of the last prepare (or call)
         self._keep: list = []  # what keeps them alive (`host_args.map_args`)
         self._prepared = False  # a `go` needs a `prepare` since the last untimed call
-        self._flush: np.ndarray | None = None  # the buffer written where there is no eviction library
-        self._flushes = 0
+        self._flush = host_args.FlushBuffer()  # written where there is no eviction library
 
     def _map(self, args: Sequence[ArgRef]) -> None:
         """The previous call's mappings released, ``args`` mapped (the inputs at a new address every time)."""
@@ -86,10 +84,7 @@ class CpuRunner(ControllerClockRunner):
             for addr, size in host_args.buffers(self._keep):
                 self.evict(addr, size)
         elif flush_bytes > 0:
-            if self._flush is None or self._flush.nbytes != max(flush_bytes, 8) // 8 * 8:
-                self._flush = np.empty(max(flush_bytes, 8) // 8, np.float64)
-            self._flushes += 1
-            self._flush.fill(self._flushes)
+            self._flush.write(flush_bytes)
         self._prepared = True
 
     def go(self) -> None:

@@ -28,13 +28,12 @@ from ksearch.errors import PlanError
 from ksearch.jail.sandbox import CUDA_ENV, NVIDIA_DEVICES
 from ksearch.records import Candidate
 from ksearch.targets.abi_types import CUDA_TYPES, c_params
-from ksearch.targets.base import PROMPTS_DIR, CompileResult, naive_from_task
+from ksearch.targets.base import PROMPTS_DIR, CompileResult, DeviceTargetDefaults
 from ksearch.targets.cuda_launch import parse_plan, refused_flag
 from ksearch.tasks.definition import Definition
 
 if TYPE_CHECKING:
     from ksearch.hardware.spec import HardwareSpec
-    from ksearch.tasks.loader import Task
 
 SOURCE_EXT = (".cu", ".cuh")
 BASE_OPTIONS = ("-std=c++17",)
@@ -65,7 +64,7 @@ def combined_source(candidate: Candidate) -> str:
     return "\n".join(f'#line 1 "{n}"\n{candidate.sources[n]}' for n in names)
 
 
-class CudaTarget:
+class CudaTarget(DeviceTargetDefaults):
     name = "cuda"
     summary = "CUDA C++ on an NVIDIA GPU through CuPy's NVRTC, launched as its plan declares"
     source_suffixes = SOURCE_EXT
@@ -95,23 +94,11 @@ class CudaTarget:
         params = ", ".join(c_params(definition, self.ctypes, "long long"))
         return f'extern "C" __global__ void your_kernel({params});  // args and their order: the launch plan'
 
-    def naive_candidate(self, task: Task) -> Candidate | None:
-        return naive_from_task(self, task)
-
     def hardware_spec(self) -> HardwareSpec:
         """The local GPU's spec, measured with CuPy probes (`ksearch.hardware.gpu.load_or_measure_gpu`)."""
         from ksearch.hardware.gpu import load_or_measure_gpu
 
         return load_or_measure_gpu()
-
-    def launch_problem(self, candidate: Candidate, definition: Definition, axes: dict[str, int]) -> str | None:
-        return None
-
-    expand = None  # the static checks read its sources as written
-
-    def evict_library(self) -> Path | None:
-        """None: its kernels' arguments live in device memory (the device runner evicts its own caches)."""
-        return None
 
     def available(self) -> str | None:
         return cupy_status()

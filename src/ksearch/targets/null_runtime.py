@@ -20,6 +20,7 @@ import numpy as np
 
 from ksearch.errors import CandidateError, KernelCompileError, UnsupportedOp
 from ksearch.protocol import ArgRef, ArrayRef
+from ksearch.targets import host_args
 from ksearch.targets.base import ControllerClockRunner
 
 
@@ -70,8 +71,7 @@ class NullRunner(ControllerClockRunner):
         self.fn = fn
         self._args: list = []
         self._prepared = False  # a `go` needs a `prepare` since the last untimed call
-        self._flush: np.ndarray | None = None  # the buffer written where there is no eviction library
-        self._flushes = 0
+        self._flush = host_args.FlushBuffer()  # written where there is no eviction library
 
     def _format(self, e: BaseException, limit: int = 12) -> str:
         """The exception with the candidate's frames only, its file named as the candidate names it."""
@@ -101,10 +101,7 @@ class NullRunner(ControllerClockRunner):
                 if isinstance(a, np.ndarray) and a.nbytes:
                     self.evict(a.ctypes.data, a.nbytes)
         elif flush_bytes > 0:
-            if self._flush is None or self._flush.nbytes != max(flush_bytes, 8) // 8 * 8:
-                self._flush = np.empty(max(flush_bytes, 8) // 8, np.float64)
-            self._flushes += 1
-            self._flush.fill(self._flushes)
+            self._flush.write(flush_bytes)
         self._prepared = True
 
     def go(self) -> None:

@@ -26,13 +26,12 @@ from typing import TYPE_CHECKING
 from ksearch import config
 from ksearch.jail.sandbox import CUDA_ENV, NVIDIA_DEVICES
 from ksearch.records import Candidate
-from ksearch.targets.base import PROMPTS_DIR, CompileResult, naive_from_task
+from ksearch.targets.base import PROMPTS_DIR, CompileResult, DeviceTargetDefaults
 from ksearch.targets.py_source import check_module, entry_arity_problem  # noqa: F401 - entry_arity_problem: re-exported
 from ksearch.tasks.definition import Definition
 
 if TYPE_CHECKING:
     from ksearch.hardware.spec import HardwareSpec
-    from ksearch.tasks.loader import Task
 
 SOURCE_EXT = ".py"
 
@@ -61,7 +60,7 @@ def triton_status() -> str | None:
     return None if count > 0 else "no CUDA device"
 
 
-class TritonTarget:
+class TritonTarget(DeviceTargetDefaults):
     name = "triton"
     summary = "Triton kernels in a Python module on an NVIDIA GPU, through torch"
     source_suffixes = (SOURCE_EXT,)
@@ -91,23 +90,11 @@ class TritonTarget:
         """``run(inputs..., outputs...)``: torch CUDA tensors; the axes are their shapes."""
         return f"run({', '.join([*definition.inputs, *definition.outputs])})"
 
-    def naive_candidate(self, task: Task) -> Candidate | None:
-        return naive_from_task(self, task)
-
     def hardware_spec(self) -> HardwareSpec:
         """The local GPU's spec, measured with CuPy probes (`ksearch.hardware.gpu.load_or_measure_gpu`)."""
         from ksearch.hardware.gpu import load_or_measure_gpu
 
         return load_or_measure_gpu()
-
-    def launch_problem(self, candidate: Candidate, definition: Definition, axes: dict[str, int]) -> str | None:
-        return None
-
-    expand = None  # the static checks read its sources as written
-
-    def evict_library(self) -> Path | None:
-        """None: its kernels' arguments live in device memory (the device runner evicts its own caches)."""
-        return None
 
     def available(self) -> str | None:
         return triton_status()
