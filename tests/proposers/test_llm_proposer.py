@@ -224,6 +224,23 @@ def test_refine_after_a_failure_uses_the_failure_prompt_with_the_evidence():
     assert '`{"retry_of": "exp-poly"}`' in user and "downscore" in user and "delete" in user
 
 
+def test_plan_failure_gets_this_steps_evaluation_before_the_store_has_it():
+    """The controller writes a step after its refinement: the failure prompt learns why the node failed from the
+    evaluation handed to refine, not from the store (issue 20: 'the evaluation's messages are not available')."""
+    tree, state = failed_tree()
+    down = {"op": "update", "node_id": "exp-poly", "fields": {"rating": 3, "confidence": 0.7}}
+    keep = {"op": "insert", "parent_id": "fam-rows", "decision": "exp", "choice": "exp2f",
+            "action": {"title": "exp2f", "description": "libm exp2f"}}
+    p, client = make(edits_json([down, keep]), evidence=FakeEvidence({}, {}))  # the store knows nothing yet
+    p.refine(tree, "exp-poly", state, failing_evaluation("candpoly00000000"))
+    user = client.calls[0]["messages"][-1].content
+    assert client.calls[0]["purpose"] == "plan:failure" and "not available to this proposer" not in user
+    assert "| odd: out beyond tolerance\n" in user and "max abs error 0.37, max rel error 0.021" in user
+    p2, client2 = make(edits_json([down, keep]), evidence=FakeEvidence({}, {}))
+    p2.refine(tree, "exp-poly", state)  # without it (a resumed run reads the store): said so, as before
+    assert "not available to this proposer" in client2.calls[0]["messages"][-1].content
+
+
 def test_failure_without_a_retry_needs_a_triable_action():
     tree, state = failed_tree()
     tree = applied(tree, [{"op": "delete", "node_id": "tile"}, {"op": "delete", "node_id": "fam-lanes"}])

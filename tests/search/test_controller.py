@@ -129,11 +129,11 @@ def test_an_llm_stop_during_refinement_keeps_the_measurement(tmp_path):
     real = c.proposer.refine
     calls = {"n": 0}
 
-    def refine(tree, node_id, state):
+    def refine(tree, node_id, state, evaluation=None):
         calls["n"] += 1
         if calls["n"] == 3:
             raise LLMBudgetExhausted("--max-cost 0.01 USD reached")
-        return real(tree, node_id, state)
+        return real(tree, node_id, state, evaluation)
 
     c.proposer.refine = refine
     reports = []

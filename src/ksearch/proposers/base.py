@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from ksearch.errors import SearchError
-from ksearch.records import Candidate
+from ksearch.records import Candidate, Evaluation
 from ksearch.search.edits import Edit
 from ksearch.search.strategy import SearchState
 from ksearch.search.worldmodel import Tree
@@ -33,9 +33,12 @@ class Proposer(Protocol):
         """The kernel for an open node: the node's action applied to its parent's kernel (``parent``; None
         means the task's naive kernel). Raises KnowledgeError when it cannot render one."""
 
-    def refine(self, tree: Tree, node_id: str, state: SearchState) -> list[Edit]:
+    def refine(self, tree: Tree, node_id: str, state: SearchState,
+               evaluation: Evaluation | None = None) -> list[Edit]:
         """Edits after ``node_id`` was evaluated and attached: new open actions under it, ratings and
-        confidences revised from the evidence."""
+        confidences revised from the evidence. ``evaluation``: the judge's verdict on the node's kernel this step
+        (the step, and with it the evaluation, is written to the store after the refinement), None when the
+        step judged nothing new."""
 
     def expand(self, tree: Tree, state: SearchState) -> list[Edit]:
         """Edits when nothing on the frontier can be chosen: new actions, or [] when the ideas are spent."""

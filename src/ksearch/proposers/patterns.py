@@ -22,7 +22,7 @@ import json
 from typing import TYPE_CHECKING
 
 from ksearch.errors import KnowledgeError
-from ksearch.records import Candidate
+from ksearch.records import Candidate, Evaluation
 from ksearch.eval.static_checks import check
 from ksearch.eval.static_limits import device_limit_rules
 from ksearch.knowledge.pack import FAMILY_KEY, Pack, load_pack
@@ -106,7 +106,8 @@ class PatternsProposer:
             ))
         return edits + self._record(tree, ROOT_ID, pruned)
 
-    def refine(self, tree: Tree, node_id: str, state: SearchState) -> list[Insert | Update]:
+    def refine(self, tree: Tree, node_id: str, state: SearchState,
+               evaluation: Evaluation | None = None) -> list[Insert | Update]:
         edits: list[Insert | Update] = list(revise(tree, node_id, None, self.strategy))
         node = tree[node_id]
         if node.status == NodeStatus.SOLVED and node_id != ROOT_ID:

@@ -297,7 +297,7 @@ class Controller:
         state = update_state(self.state, tree, node_id, summary)
         stop: LLMError | None = None
         try:
-            refinement = self.proposer.refine(tree, node_id, state)
+            refinement = self.proposer.refine(tree, node_id, state, None if reused else evaluation)
         except LLMError as e:  # out of budget, or the endpoint is down: keep the measurement, then stop
             refinement, stop = [], e
         tree, log = self._apply(tree, refinement, "proposer:refine")

@@ -158,6 +158,7 @@ class LLMProposer:
             "cooldown": self.strategy.cooldown_cycles,
         }
         self._made: dict[str, Candidate] = {}  # candidate id -> candidate written in this process
+        self._judged: dict[str, Evaluation] = {}  # candidate id -> its evaluation, handed to `refine` this process
         self._no_kernel: dict[str, str] = {}  # node id -> why the coder's reply held no kernel
 
     # -- prompts ------------------------------------------------------------------------------------------
@@ -192,8 +193,11 @@ class LLMProposer:
 
         return self._plan("plan:initial", user, tree, None, need)
 
-    def refine(self, tree: Tree, node_id: str, state: SearchState) -> list[Edit]:
+    def refine(self, tree: Tree, node_id: str, state: SearchState,
+               evaluation: Evaluation | None = None) -> list[Edit]:
         """Edits after ``node_id`` was evaluated and attached (``plan:refine``; ``plan:failure`` for a failed node).
+        ``evaluation``: this step's verdict on the node's kernel, not in the store yet (the judge's messages, the
+        compile log and the failing workload reach the failure prompt from it).
 
         Continuation: after a solved node the planner must leave an open child under it, after a regressed or
         failed one at least one action the strategy can choose next. When the validated edits leave none the
@@ -203,6 +207,8 @@ class LLMProposer:
         Nodes whose rating and confidence the planner's edits leave alone are moved toward the evidence by
         `ksearch.search.strategy.revise` (those updates are appended, validated like the planner's).
         """
+        if evaluation is not None and evaluation.candidate_id:
+            self._judged[evaluation.candidate_id] = evaluation
         node = tree[node_id]
         failed = node.status == NodeStatus.FAILED
         world = self._world(tree, node_id, state)
@@ -404,10 +410,10 @@ class LLMProposer:
         if not candidate_id:
             return None, None
         cand = self._made.get(candidate_id)
-        ev = None
+        ev = self._judged.get(candidate_id)
         if self.evidence is not None:
             cand = cand or self.evidence.candidate(candidate_id)
-            ev = self.evidence.evaluation_of(candidate_id)
+            ev = ev or self.evidence.evaluation_of(candidate_id)
         return cand, ev
 
     def _failure(self, tree: Tree, node: Node) -> dict[str, Any]:
