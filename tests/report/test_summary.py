@@ -56,3 +56,19 @@ def test_baseline_notes_reach_the_summary_and_its_lines():
                 notes=["baseline torch-sdpa skipped: torch is not installed (pip install torch)"])
     assert s.reference_notes == ["baseline torch-sdpa skipped: torch is not installed (pip install torch)"]
     assert any("torch is not installed" in line for line in verdict_lines(s))
+
+
+def test_the_tree_view_counts_hidden_open_and_dropped_nodes_apart():
+    """Folded children are named for what they are: dropped nodes are no open actions."""
+    from rich.console import Console
+
+    from ksearch.report.summary import tree_view
+    from ksearch.search.worldmodel import ROOT_ID, Action, EvalSummary, Node, NodeStatus, Tree, attach
+
+    t = attach(Tree.new(), ROOT_ID, "base", EvalSummary(status="PASSED", score=1.0, latency_ms={"w": 1.0}))
+    t = t.replace(*(Node(id=f"o{i}", parent_id=ROOT_ID, action=Action(title=f"o{i}")) for i in range(3)),
+                  Node(id="d0", parent_id=ROOT_ID, action=Action(title="d0"), status=NodeStatus.DROPPED))
+    console = Console(width=200, record=True)
+    console.print(tree_view(t, show_open=False))
+    text = console.export_text()
+    assert "… 3 open actions, 1 dropped" in text and "o1" not in text

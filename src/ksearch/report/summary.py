@@ -92,12 +92,14 @@ def tree_view(tree: Tree, best_id: str | None = None, show_open: bool = True) ->
     while todo:
         node, branch = todo.pop(0)
         kids = tree.children(node.id)
-        hidden = 0
+        hidden = {NodeStatus.OPEN: 0, NodeStatus.DROPPED: 0}
         for k in kids:
-            if not show_open and k.status in (NodeStatus.OPEN, NodeStatus.DROPPED):
-                hidden += 1
+            if not show_open and k.status in hidden:
+                hidden[k.status] += 1
                 continue
             todo.append((k, branch.add(label(k))))
-        if hidden:
-            branch.add(f"[dim]… {hidden} open actions[/]")
+        said = [f"{n} {what}" for n, what in ((hidden[NodeStatus.OPEN], "open actions"),
+                                              (hidden[NodeStatus.DROPPED], "dropped")) if n]
+        if said:
+            branch.add(f"[dim]… {', '.join(said)}[/]")
     return root
