@@ -274,6 +274,33 @@ def code_reply(body=KERNEL, lang="c", **kw):
     return LLMReply(text=f"Plan: vectorize.\n```{lang}\n{body}```\nDone.", model="code-m", **kw)
 
 
+def test_the_coder_sets_compile_flags_with_a_flags_block_and_keeps_the_parents_without_one():
+    """Issue 20: the pack offers -ffast-math, so the coder can ask for flags (a ```flags block); they replace the
+    starting kernel's, which it is shown; a reply without one keeps them."""
+    tree = small_tree()
+    with_flags = LLMReply(text=f"```c\n{KERNEL}```\n```flags\n-O3  -ffast-math\n-march=native\n```\n", model="code-m")
+    coder = FakeClient(with_flags, code_reply())
+    p, _ = make(coder=coder)
+    assert "add one ```flags block" in coder_system(p)
+    first = p.propose(tree, "fam-lanes", None)
+    assert first.compile_flags == ["-O3", "-ffast-math", "-march=native"]
+    second = p.propose(tree, "fam-lanes", first)
+    assert second.compile_flags == first.compile_flags  # no block: the parent's flags kept
+    assert "compile flags:\n```flags\n-O3 -ffast-math -march=native\n```" in coder.last_user()
+
+
+def test_a_flags_block_for_a_target_that_takes_none_is_noted_and_ignored():
+    from ksearch.proposers.llm.parse import extract_code
+
+    code = extract_code("```python\ndef run(u, y): pass\n```\n```flags\n-O3\n```\n", "null")
+    assert code.compile_flags is None and any("take no compile flags" in n for n in code.notes)
+    assert extract_code("```c\nvoid run(void) {}\n```\n", "cpu").compile_flags is None
+
+
+def coder_system(p) -> str:
+    return p._render("coder_system.j2")
+
+
 def test_code_first_from_the_naive_kernel():
     tree = small_tree()
     coder = FakeClient(code_reply())

@@ -113,6 +113,9 @@ class Target(Protocol):
     #: (``ksearch/targets/prompts/<module>.j2``) rendered with ``target`` and ``task``
     #: (`ksearch.proposers.llm.context.task_view`); None: no section
     prompt_template: Path | None
+    #: the compile flags a candidate may add, in words for the coder's prompt (its reply's ```flags block); None:
+    #: its candidates take none from the coder
+    flags_help: str | None
     #: what a coder's reply must hold, for the prompts ("one ```cuda block (kernel.cu) and one ```yaml block ...")
     reply_format: str
     #: None, or: its device absent here, ``ksearch run`` with the offline proposer generates the search's first
@@ -343,6 +346,7 @@ class DeviceTargetDefaults:
     to check without the device."""
 
     expand = None
+    flags_help: str | None = None
 
     def evict_library(self) -> Path | None:
         return None

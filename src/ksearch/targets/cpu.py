@@ -139,6 +139,7 @@ class CpuTarget:
     runs_mlx = False
     checks_without_device = None
     prompt_template = PROMPTS_DIR / "cpu.j2"
+    flags_help = ALLOWED_FLAGS_TEXT
     reply_format = ("one ```c block (kernel.c; or one ```cpp block for C++, kernel.cpp, with the entry point "
                     "`extern \"C\"`)")
 

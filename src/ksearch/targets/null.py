@@ -96,6 +96,7 @@ class NullTarget:
     checks_without_device = None
     prompt_template = PROMPTS_DIR / "null.j2"
     reply_format = "one ```python block (kernel.py)"
+    flags_help = None  # nothing is compiled
 
     expand = None  # no static rules read it
 

@@ -205,6 +205,7 @@ def task_view(task, target: str) -> dict[str, Any]:
         "abi": abi(d, target),
         "naive_file": get_target(target).naive_file,
         "reply_format": get_target(target).reply_format,
+        "flags_help": get_target(target).flags_help,
     }
 
 

@@ -31,6 +31,8 @@ from ksearch.targets.base import aliases
 
 
 YAML_LANGS = frozenset({"yaml", "yml"})
+#: the fence language of a coder's compile flags (`ksearch.targets.base.Target.flags_help`)
+FLAGS_LANG = "flags"
 #: brackets of a reply tried as the start of a bare JSON array (bounds the work on garbage)
 MAX_SCAN = 500
 
@@ -219,6 +221,8 @@ class CodeReply:
     sources: dict[str, str]
     launch: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: the compile flags of the reply's ```flags block (split at whitespace), None without one
+    compile_flags: list[str] | None = None
 
 
 def _found(fs: list[Fence]) -> str:
@@ -289,6 +293,12 @@ def extract_code(text: str, target: str, finish_reason: str | None = None) -> Co
         raise ReplyError(f"no ```{main} block with the kernel in the reply ({_found(all_fences)}){why}")
     if any(not body.strip() for body in sources.values()):
         raise ReplyError(f"an empty ```{main} block: no kernel in the reply")
+    compile_flags = None
+    flag_blocks = [f for f in all_fences if f.lang == FLAGS_LANG]
+    if flag_blocks and t.flags_help is None:
+        notes.append(f"a ```{FLAGS_LANG} block ignored: {target} kernels take no compile flags")
+    elif flag_blocks:
+        compile_flags = flag_blocks[-1].body.split()
     launch: dict[str, Any] = {}
     if t.takes_launch:
         plans = [f for f in all_fences if f.lang in YAML_LANGS]
@@ -307,4 +317,4 @@ def extract_code(text: str, target: str, finish_reason: str | None = None) -> Co
         if not isinstance(plan, dict):
             raise ReplyError(f"the ```yaml launch plan must be a mapping with 'launches', got {type(plan).__name__}")
         launch = plan
-    return CodeReply(sources=sources, launch=launch, notes=notes)
+    return CodeReply(sources=sources, launch=launch, notes=notes, compile_flags=compile_flags)

@@ -84,9 +84,10 @@ class Evidence(Protocol):
 PAYLOAD_CHARS = 1200
 ROOT_PAYLOAD_CHARS = 4000
 
-def _code_blocks(sources: dict[str, str], launch: dict | None, langs: dict[str, str]) -> list[dict[str, str]]:
-    """Sources (and a launch plan) as fenced blocks for a prompt: lang (by suffix from ``langs``, the target's
-    `Target.fence_langs`), name, body, fence."""
+def _code_blocks(sources: dict[str, str], launch: dict | None, langs: dict[str, str],
+                 flags: list[str] | None = None) -> list[dict[str, str]]:
+    """Sources (and a launch plan, and compile flags) as fenced blocks for a prompt: lang (by suffix from
+    ``langs``, the target's `Target.fence_langs`), name, body, fence."""
     import yaml
 
     out = []
@@ -99,6 +100,8 @@ def _code_blocks(sources: dict[str, str], launch: dict | None, langs: dict[str, 
     if launch:
         body = yaml.safe_dump(launch, sort_keys=False, default_flow_style=None).rstrip("\n")
         out.append({"lang": "yaml", "name": "launch plan", "body": body, "fence": "```"})
+    if flags:
+        out.append({"lang": "flags", "name": "compile flags", "body": " ".join(flags), "fence": "```"})
     return out
 
 
@@ -349,8 +352,9 @@ class LLMProposer:
         node = tree[node_id]
         mode, failed = self.coder_mode(tree, node)
         base_sources, base_launch = self._base(parent)
+        base_flags = list(parent.compile_flags) if parent is not None else []
         common = dict(world=self._world(tree, node_id, frontier=False), node=ctx.node_view(tree, node_id),
-                      parent_code=_code_blocks(base_sources, base_launch, self._target.fence_langs),
+                      parent_code=_code_blocks(base_sources, base_launch, self._target.fence_langs, base_flags),
                       base=f"the kernel of node {node.parent_id}" if parent is not None else "the naive kernel")
         if mode == "debug":
             failure = self._failure(tree, failed)  # type: ignore[arg-type]
@@ -380,7 +384,8 @@ class LLMProposer:
             meta["notes"] = code.notes
         if is_truncated(reply.finish_reason):
             meta["truncated_after_code"] = True
-        cand = Candidate(target=self.target, sources=code.sources, launch=code.launch, meta=meta)
+        flags = code.compile_flags if code.compile_flags is not None else base_flags  # no block: kept as they were
+        cand = Candidate(target=self.target, sources=code.sources, launch=code.launch, compile_flags=flags, meta=meta)
         self._made[cand.id] = cand
         return cand
 
@@ -432,7 +437,7 @@ class LLMProposer:
             else:
                 out["note"] = "the coder's reply held no usable kernel"
         if cand is not None:
-            out["code"] = _code_blocks(cand.sources, cand.launch, self._target.fence_langs)
+            out["code"] = _code_blocks(cand.sources, cand.launch, self._target.fence_langs, cand.compile_flags)
         if ev is None:
             if node.candidate_id is not None:
                 out["note"] = "the evaluation's messages are not available to this proposer"
