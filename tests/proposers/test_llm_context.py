@@ -88,6 +88,8 @@ def test_what_each_level_adds():
     assert "Frontier (open actions" in p["full"]["planner-refine"]
     assert "Frontier" not in p["full"]["coder-first"]
     assert "alternatives to fam-rows (kernel family):" in p["full"]["coder-first"]
+    # tile answers the token-tile decision, exp-poly the exp one: no alternative to it (issue 20)
+    assert "alternatives to exp-poly" not in p["full"]["planner-refine"]
     assert "# Action to implement: node exp-poly" in p["none"]["coder-first"]
     assert "# Node just evaluated: exp-poly" in p["none"]["planner-refine"]
 

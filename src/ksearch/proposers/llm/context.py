@@ -534,12 +534,13 @@ def timings(tree: Tree, columns: list[tuple[str, str]], spec, task) -> dict[str,
 def tree_view(tree: Tree, node_id: str | None, state: SearchState | None = None,
               strategy: StrategyConfig | None = None) -> dict[str, Any]:
     """The world-model view: the root's analysis, the active path root -> ``node_id`` (the root alone when
-    None), the live competing siblings of every node on it, and the frontier (open actions whose parent holds a
+    None), the live competing siblings of every node on it (the other answers to its decision), and the frontier (open actions whose parent holds a
     passing kernel) by rating, those in their failure cooldown marked."""
     path = tree.path(node_id) if node_id else [tree.root]
     siblings = []
     for n in path[1:]:
-        others = [node_line(tree, s) for s in tree.siblings(n.id, live=True)]
+        # competing: the other answers to the same decision (a sibling answering another decision is no alternative)
+        others = [node_line(tree, s) for s in tree.siblings(n.id, live=True) if s.decision == n.decision]
         if others:
             siblings.append({"of": n.id, "decision": n.decision, "nodes": others})
     frontier = []
