@@ -68,11 +68,13 @@ def _drive(session: Session, as_json: bool, time_limit_s: float | None = None) -
             bar.update(job, phase="final", now="measuring naive, best and reference side by side")
             summary = session.finish()
         except KeyboardInterrupt:
+            bar.stop()  # the live display ended first: what follows goes straight to stderr, after its last frame
             session.store.set_status("interrupted")
             err.print(f"\ninterrupted after {c.evaluations} evaluations; continue with "
                       f"[bold]ksearch resume {session.run_id}[/]")
             raise typer.Exit(130) from None
         except LLMError as e:  # a limit, an endpoint that stayed down, or one that refused (a key, a model name)
+            bar.stop()
             session.store.set_status("stopped")
             hint = " --max-cost USD / --max-tokens N" if isinstance(e, LLMBudgetExhausted) else ""
             fix = "" if isinstance(e, (LLMBudgetExhausted, LLMUnavailable)) else "once its cause is fixed, "
