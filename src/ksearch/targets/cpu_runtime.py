@@ -80,11 +80,7 @@ class CpuRunner(ControllerClockRunner):
         """
         self._prepared = False
         self._map(args)
-        if flush_bytes > 0 and self.evict is not None:
-            for addr, size in host_args.buffers(self._keep):
-                self.evict(addr, size)
-        elif flush_bytes > 0:
-            self._flush.write(flush_bytes)
+        host_args.evict_caches(self.evict, host_args.buffers(self._keep), flush_bytes, self._flush)
         self._prepared = True
 
     def go(self) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -136,3 +136,15 @@ class FlushBuffer:
             self.buffer = np.empty(max(nbytes, 8) // 8, np.float64)
         self._writes += 1
         self.buffer.fill(self._writes)
+
+
+def evict_caches(evict, buffers: Iterable[tuple[int, int]], flush_bytes: int, fallback: FlushBuffer) -> None:
+    """Before a timed call, ``flush_bytes`` > 0: evict each (address, bytes) of ``buffers`` from every cache level
+    with the judge's library (``evict``), or without it write ``flush_bytes`` of ``fallback``."""
+    if flush_bytes <= 0:
+        return
+    if evict is None:
+        fallback.write(flush_bytes)
+        return
+    for addr, size in buffers:
+        evict(addr, size)

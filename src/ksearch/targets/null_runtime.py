@@ -96,12 +96,8 @@ class NullRunner(ControllerClockRunner):
         ``evict``, or without it write a buffer of ``flush_bytes``. Raises OSError when a file cannot be mapped."""
         self._prepared = False
         self._args = map_arrays(args)
-        if flush_bytes > 0 and self.evict is not None:
-            for a in self._args:
-                if isinstance(a, np.ndarray) and a.nbytes:
-                    self.evict(a.ctypes.data, a.nbytes)
-        elif flush_bytes > 0:
-            self._flush.write(flush_bytes)
+        arrays = ((a.ctypes.data, a.nbytes) for a in self._args if isinstance(a, np.ndarray) and a.nbytes)
+        host_args.evict_caches(self.evict, arrays, flush_bytes, self._flush)
         self._prepared = True
 
     def go(self) -> None:
