@@ -71,6 +71,7 @@ def _config(run_id: str) -> RunConfig:
         store.close()
 
 
+@pytest.mark.slow
 def test_one_run_per_level_with_the_same_config_but_the_context_and_a_queue_directory_each(home, tmp_path,
                                                                                            monkeypatch):
     from ksearch.llm import backends
@@ -122,6 +123,7 @@ def test_one_run_per_level_with_the_same_config_but_the_context_and_a_queue_dire
     assert ab.results == str(tmp_path / "out" / "ablation.json")
 
 
+@pytest.mark.slow
 def test_resume_finishes_an_interrupted_run_and_does_not_start_a_finished_one(home, tmp_path, monkeypatch):
     from ksearch.run import controller as controller_mod
     from ksearch.run.session import Session
@@ -167,6 +169,7 @@ def test_resume_finishes_an_interrupted_run_and_does_not_start_a_finished_one(ho
     assert r.exit_code == 2 and "exists with other settings" in r.output
 
 
+@pytest.mark.slow
 def test_a_run_that_fails_to_start_is_reported_and_the_others_go_on(home, tmp_path, monkeypatch):
     from ksearch.errors import ConfigError
     from ksearch.run.session import Session
