@@ -123,6 +123,26 @@ class WorkloadResult(BaseModel):
     load_cores: float | None = None
 
 
+class Profile(BaseModel):
+    """What a profiler or compiler report says about one candidate (`EvalConfig.profile`; never part of the
+    verdict or the timing: the profiled run is a separate, untimed one).
+
+    ``tool``: the tool and its version ("gcc 12.2.0 -fopt-info-vec", "ncu 2025.3.1"); ``workload``: the workload
+    profiled (None for a compile-time report); ``metrics``: name (its unit in the name: ``_pct``, ``_bytes``,
+    ``_per_thread``; a bare name is a count) -> value, e.g. ``achieved_occupancy_pct``, ``dram_throughput_pct``,
+    ``sm_throughput_pct``, ``registers_per_thread``, ``local_store_bytes``, ``loops_vectorized``,
+    ``loops_not_vectorized``; ``notes``: short lines from the tool ("kernel.c:41:5: loop vectorized using 32 byte
+    vectors", "stall long_scoreboard 38%"), candidate-influenced text (source lines, kernel names) that a prompt
+    fences as untrusted; ``error``: why profiling did not work (never the kernel's failure; the verdict stands).
+    """
+
+    tool: str
+    workload: str | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+    error: str = ""
+
+
 class Evaluation(BaseModel):
     """The judge's verdict on one candidate over a set of workloads."""
 
@@ -148,6 +168,9 @@ class Evaluation(BaseModel):
     waited_s: float | None = None
     #: what the sandbox enforced on the worker (see `ksearch.jail.jail.enter`); empty when none ran
     sandbox: dict[str, Any] = Field(default_factory=dict)
+    #: profiler and compiler reports of a passing candidate (`Profile`; with `EvalConfig.profile` only; empty
+    #: otherwise, and in evaluations stored before profiles existed)
+    profiles: list[Profile] = Field(default_factory=list)
     timestamp: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
     def result(self, workload: str) -> WorkloadResult | None:

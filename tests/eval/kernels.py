@@ -60,3 +60,30 @@ extern "C" void run(const float *u, const float *delta, const float *A, const fl
             for (int64_t n = 0; n < dstate; n++) last_state[(b * dim + d) * dstate + n] = h[n];
         }
 }"""
+
+#: the naive scan with two loops after it per row: one GCC vectorizes (the skip term, a versioned loop: ``out``
+#: may alias ``u``), one it cannot (the gate: expf without -ffast-math); the recurrence itself is not vectorized
+VECTOR_SPLIT = SIG + """ {
+    float *h = malloc(sizeof(float) * dstate);
+    for (int64_t b = 0; b < batch; b++) {
+        for (int64_t d = 0; d < dim; d++) {
+            for (int64_t n = 0; n < dstate; n++) h[n] = 0.0f;
+            const int64_t row = (b * dim + d) * seqlen;
+            for (int64_t t = 0; t < seqlen; t++) {
+                float x = delta[row + t] + delta_bias[d];
+                float dt = x > 20.0f ? x : log1pf(expf(x));
+                float y = 0.0f;
+                for (int64_t n = 0; n < dstate; n++) {
+                    int64_t bn = (b * dstate + n) * seqlen + t;
+                    h[n] = expf(dt * A[d * dstate + n]) * h[n] + dt * B[bn] * u[row + t];
+                    y += C[bn] * h[n];
+                }
+                out[row + t] = y;
+            }
+            for (int64_t t = 0; t < seqlen; t++) out[row + t] += D[d] * u[row + t];
+            for (int64_t t = 0; t < seqlen; t++) out[row + t] *= z[row + t] / (1.0f + expf(-z[row + t]));
+            for (int64_t n = 0; n < dstate; n++) last_state[(b * dim + d) * dstate + n] = h[n];
+        }
+    }
+    free(h);
+}"""

@@ -11,7 +11,8 @@ from ksearch.tasks import load_task
 from ksearch.targets import base
 from ksearch.targets.base import Target, aliases, get_target, resolve_target, target_names
 
-METHODS = ("available", "abi", "naive_candidate", "hardware_spec", "launch_problem", "evict_library", "compile", "load")
+METHODS = ("available", "abi", "naive_candidate", "hardware_spec", "launch_problem", "evict_library", "compile",
+           "compile_report", "profiler", "load")
 
 
 def test_the_targets_are_listed_in_order_with_the_alias_before_what_it_stands_for():

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from ksearch import config as _config
-from ksearch.eval import static_checks
+from ksearch.eval import profiling, static_checks
 from ksearch.eval.casedata import CaseData, default_input_cache_bytes, remove_stale_dirs, same_bytes
 from ksearch.eval.casedata import shared_dir as _shared_dir
 from ksearch.eval.compare import compare
@@ -95,6 +95,12 @@ class EvalConfig:
     reference_budget_s: float = 20.0
     #: workers started ahead when an evaluation ends, for the next (0: none; a search's judge keeps 3)
     spare_workers: int = 0
+    #: profiler and compiler evidence for the prompts: a passing candidate of an evaluation that timed something
+    #: gets ``Evaluation.profiles`` (`ksearch.eval.profiling`: the target's compiler report, and its profiler run
+    #: once on the largest bench workload, untimed); never changes a verdict or a time
+    profile: bool = False
+    #: seconds the profiler's run may take in all (then its Profile's error says it timed out)
+    profile_timeout_s: float = 120.0
 
     def seed_for_timing(self) -> int:
         if self.timing_seed is not None:
@@ -277,6 +283,9 @@ class Evaluator:
         if tampered is not None:
             ev.status = Status.REJECTED
             ev.message = f"the kernel wrote outside its scratch directory (into the judge's inputs: {tampered})"
+        if self.config.profile and timing and ev.status is Status.PASSED:
+            self.progress(f"profile {candidate.id}")
+            ev.profiles = profiling.profiles(self, candidate, built.artifact, selected)
         return ev
 
     def hidden_workloads(self, secret_seed: int, n: int = 4, like: list[Workload] | None = None) -> list[Workload]:
@@ -291,9 +300,10 @@ class Evaluator:
                               + 4 * plan.max_time_s + self.config.timeout_s * plan.max_repeats) + 60
         return math.ceil(wall * (os.cpu_count() or 1))
 
-    def start_worker(self, scratch: Path, artifact: Path, n_workloads: int) -> Worker:
+    def start_worker(self, scratch: Path, artifact: Path, n_workloads: int, module: str = WORKER_MODULE) -> Worker:
         """A fresh worker that may write only its output files (``scratch/out.*``, created here, empty, for that
-        reason) and read its build and the evaluation's inputs."""
+        reason) and read its build and the evaluation's inputs. ``module``: its program (a profiled worker's:
+        `ksearch.eval.profiling`)."""
         scratch.mkdir(parents=True, exist_ok=True)
         outs = [scratch / f"out.{name}" for name in self.definition.outputs]
         for path in outs:
@@ -311,7 +321,7 @@ class Evaluator:
             policy = policy.model_copy(update={"cpu_s": self._cpu_limit_s(n_workloads)})
         evict = self.evict_library()
         readable = [Path(artifact).parent, self.data.root()] + ([evict.parent] if evict is not None else [])
-        return Worker(scratch, policy, writable=outs, readable=list(dict.fromkeys(readable)), module=WORKER_MODULE)
+        return Worker(scratch, policy, writable=outs, readable=list(dict.fromkeys(readable)), module=module)
 
     def checked_call(self, c: Contender, wl: Workload, seed: int, axes: dict[str, int],
                      res: WorkloadResult) -> tuple | None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, Sequence
 
 from ksearch.errors import TargetError, UnsupportedOp
 from ksearch.protocol import ArgRef, Clock, TimingPlan
-from ksearch.records import Candidate
+from ksearch.records import Candidate, Profile
 from ksearch.tasks.definition import Definition
 
 if TYPE_CHECKING:
@@ -151,9 +151,40 @@ class Target(Protocol):
 
     def compile(self, candidate: Candidate, definition: Definition, timeout_s: float) -> CompileResult: ...
 
+    def compile_report(self, candidate: Candidate, definition: Definition, timeout_s: float) -> Profile | None:
+        """What the compiler says of the candidate's code, for the prompts (the cpu target: its vectorizer's report,
+        from a build like `compile`'s whose flags change no code); asked by the judge for a passing candidate when
+        profiling is on (`ksearch.eval.evaluator.EvalConfig.profile`). None: the target has no such report. A report
+        that cannot be made is a Profile with its ``error``; never raises for the candidate's sake."""
+
+    def profiler(self) -> RunProfiler | None:
+        """The profiler a passing candidate's worker is run under once, untimed, when profiling is on (cuda: Nsight
+        Compute); None: the target has none (an installed one missing here is the RunProfiler's ``available``)."""
+
     def load(self, artifact: Path, candidate: Candidate, definition: Definition) -> Runner:
         """Inside the worker: the candidate's `Runner` (its arguments in definition order: inputs, outputs,
         axes)."""
+
+
+class RunProfiler(Protocol):
+    """A profiler the judge runs a candidate's worker under (`Target.profiler`; `ksearch.eval.profiling`): the
+    worker's own program, loading the candidate as it always does, started by the profiler, which writes its
+    report to a file when the program ends. One call of the candidate on one workload is profiled; nothing of it
+    is timed or judged."""
+
+    #: the tool and its version, as `Profile.tool` names it ("ncu 2025.3.1")
+    tool: str
+
+    def available(self) -> str | None:
+        """None when the tool is installed here, else why not (then `Profile.error` says so)."""
+
+    def command(self, candidate: Candidate, definition: Definition, report: Path) -> list[str]:
+        """The argv that starts a program under the profiler (the worker's command line is appended), its report
+        written to ``report``."""
+
+    def read(self, report: Path, candidate: Candidate, workload: str) -> list[Profile]:
+        """The profiles in ``report`` (one per kernel of the candidate's that ran; a Profile whose ``error`` says
+        why when there is none)."""
 
 
 #: the judge's line-by-line cache eviction of host memory, ``ksearch_evict(address, bytes)``
@@ -343,12 +374,18 @@ class DeviceTargetDefaults:
     """The answers a device target gives unless it says otherwise (a base class for its Target): the static checks
     read its sources as written (``expand`` None), no eviction library (its arguments live in device memory; the
     runner evicts the device's caches itself), the task's shipped naive kernel (`naive_from_task`), no launch plan
-    to check without the device."""
+    to check without the device, no compiler report and no profiler."""
 
     expand = None
     flags_help: str | None = None
 
     def evict_library(self) -> Path | None:
+        return None
+
+    def compile_report(self, candidate: Candidate, definition: Definition, timeout_s: float) -> Profile | None:
+        return None
+
+    def profiler(self) -> RunProfiler | None:
         return None
 
     def naive_candidate(self, task: Task) -> Candidate | None:

@@ -32,7 +32,7 @@ from ksearch import config
 from ksearch.errors import TargetError
 from ksearch.jail import compile_jail
 from ksearch.jail.compile_jail import CompilePolicy, JailedRun, unenforced
-from ksearch.records import Candidate
+from ksearch.records import Candidate, Profile
 from ksearch.targets.abi_types import C_TYPES, c_params
 from ksearch.targets.base import PROMPTS_DIR, CompileResult, naive_from_task
 from ksearch.tasks.definition import Definition
@@ -184,11 +184,7 @@ class CpuTarget:
         refused = self._refused(candidate)
         if refused:
             return CompileResult(False, None, refused, 0.0)
-        is_cxx = any(n.endswith(_CXX_EXT) for n in srcs)
-        compiler = config.cxx_compiler() if is_cxx else config.c_compiler()
-        version = compiler_version(compiler)
-        flags = BASE_FLAGS + list(candidate.compile_flags)
-        key = hashlib.sha256(f"{candidate.id}|{compiler}|{version}|{' '.join(flags)}".encode()).hexdigest()[:24]
+        compiler, version, flags, key = self._build_key(candidate, srcs)
         cache_dir = config.home_dir() / "cache" / "cpu"
         cache_dir.mkdir(parents=True, exist_ok=True)
         artifact = cache_dir / f"{key}.so"
@@ -199,6 +195,27 @@ class CpuTarget:
         if not built:
             return CompileResult(False, None, log or f"compiler exited with {run.returncode}", time.perf_counter() - t0)
         return CompileResult(True, artifact, log, time.perf_counter() - t0)
+
+    @staticmethod
+    def _build_key(candidate: Candidate, srcs: dict[str, str]) -> tuple[str, str, list[str], str]:
+        """(compiler, its version, flags, the build's cache key). Raises TargetError without the compiler."""
+        compiler = config.cxx_compiler() if any(n.endswith(_CXX_EXT) for n in srcs) else config.c_compiler()
+        version = compiler_version(compiler)
+        flags = BASE_FLAGS + list(candidate.compile_flags)
+        key = hashlib.sha256(f"{candidate.id}|{compiler}|{version}|{' '.join(flags)}".encode()).hexdigest()[:24]
+        return compiler, version, flags, key
+
+    def compile_report(self, candidate: Candidate, definition: Definition, timeout_s: float = 120.0) -> Profile | None:
+        """The vectorizer's report on the candidate (`ksearch.targets.cpu_vecreport.build_report`: GCC's
+        ``-fopt-info-vec``, Clang's ``-Rpass=loop-vectorize``, from a build like `compile`'s in the compile jail)."""
+        from ksearch.targets.cpu_vecreport import build_report
+
+        return build_report(self, candidate, timeout_s)
+
+    def profiler(self) -> None:
+        """No profiler runs a cpu kernel (the machine has no counters the judge reads: the roofline's bound is in
+        each workload's result instead)."""
+        return None
 
     def _build(self, sources: dict[str, str], argv: list[str], artifact: Path, timeout_s: float) -> tuple[JailedRun, bool]:
         """Write ``sources`` to a fresh directory, run ``argv -o out.so`` there in the compile jail and, when it

@@ -103,6 +103,13 @@ class CudaTarget(DeviceTargetDefaults):
     def available(self) -> str | None:
         return cupy_status()
 
+    def profiler(self):
+        """Nsight Compute (`ksearch.targets.cuda_profile.NcuProfiler`), found on PATH or in CUDA's bin directory
+        (unavailable, saying so, where it is not installed)."""
+        from ksearch.targets.cuda_profile import NcuProfiler, find_ncu
+
+        return NcuProfiler(find_ncu())
+
     def compile(self, candidate: Candidate, definition: Definition, timeout_s: float = 120.0) -> CompileResult:
         """Check the plan and options and write the artifact the worker compiles (see the module docstring).
         A bad plan or option is ok=False with the field named."""

@@ -107,6 +107,12 @@ class NullTarget:
 
         return CpuTarget().evict_library()
 
+    def compile_report(self, candidate: Candidate, definition: Definition, timeout_s: float = 120.0) -> None:
+        return None  # nothing is compiled
+
+    def profiler(self) -> None:
+        return None  # no profiler reads a Python kernel
+
     def available(self) -> str | None:
         return None  # NumPy is a dependency of ksearch
 
