@@ -96,6 +96,9 @@ class WorkloadResult(BaseModel):
     checks: int = 0  # calls whose outputs were compared with the reference
     max_abs_err: float | None = None
     max_rel_err: float | None = None
+    #: the share of the tolerance the worst element took over the checked calls: max |got - want| / (atol + rtol
+    #: |want|) (1.0: at the tolerance); None when not computed
+    tolerance_used: float | None = None
     median_ms: float | None = None
     min_ms: float | None = None
     spread: float | None = None  # (p75 - p25) / median of the timed repeats

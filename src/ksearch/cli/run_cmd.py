@@ -37,7 +37,7 @@ def _drive(session: Session, as_json: bool, time_limit_s: float | None = None) -
         job = bar.add_task("search", total=session.cfg.budget, phase="search", best="—", now="")
 
         def progress(msg: str) -> None:
-            bar.update(job, now=msg[:70])
+            bar.update(job, now=escape(msg[:70]))  # progress names the planner's nodes: never markup
 
         session.progress = progress
         session.evaluator.progress = progress

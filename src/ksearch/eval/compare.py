@@ -42,7 +42,8 @@ def _bound(want: np.ndarray, work, tol: Tolerance) -> np.ndarray | None:
     return bound
 
 
-def compare(got: np.ndarray, want: np.ndarray, tol: Tolerance, errors: bool = True) -> tuple[Status, float, float, str]:
+def compare(got: np.ndarray, want: np.ndarray, tol: Tolerance, errors: bool = True,
+            used: list[float] | None = None) -> tuple[Status, float, float, str]:
     """Check one output.
 
     Args:
@@ -51,6 +52,9 @@ def compare(got: np.ndarray, want: np.ndarray, tol: Tolerance, errors: bool = Tr
         tol: the output dtype's tolerance.
         errors: compute the largest errors of a passing output (False: the verdict only, as the timed calls'
             checks need it; about half the passes over the data).
+        used: when a list is given and the errors are computed, the share of the tolerance the worst element
+            takes is appended to it: max |got - want| / (atol + rtol |want|) (1.0: at the tolerance; above 1:
+            failed).
 
     Returns:
         (status, max_abs_err, max_rel_err, message). ``max_rel_err`` is max |got - want| / |want| over elements
@@ -100,6 +104,9 @@ def compare(got: np.ndarray, want: np.ndarray, tol: Tolerance, errors: bool = Tr
     if not failed and not errors:
         return Status.PASSED, float("nan"), float("nan"), ""
     max_abs = float(diff.max())
+    if used is not None:
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            used.append(float(np.divide(diff, bound).max()))
     significant = mag > tol.atol
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         rel = np.divide(diff, mag, out=np.zeros_like(diff), where=significant)

@@ -271,6 +271,16 @@ def resolved(times_ms: list[float], empty_ms: float) -> bool:
     return bool(times_ms) and float(np.median(times_ms)) >= RESOLVE_ROUND_TRIPS * empty_ms
 
 
+def within_clock_noise(res: "WorkloadResult", jitter_ms: float) -> bool:
+    """Whether ``res``, timed below its roofline floor, is below it by no more than the controller's clock can
+    tell: timed by the controller, too short to resolve (`resolved`), and under the floor by at most ``jitter_ms``
+    (the empty call's p90 less its minimum). A call of nanoseconds reads as ~0 once the empty round trip is taken
+    off; that is no evidence of a forged time, and such a workload is a tie that decides nothing."""
+    if res.clock != "controller" or res.resolved or res.floor_ms is None or res.median_ms is None:
+        return False
+    return res.floor_ms - res.median_ms <= jitter_ms
+
+
 def enough_rounds(plan: TimingPlan, cand: Contender, refs: list[Contender], cap: int, empty_ms: float = 0.0) -> bool:
     """Whether the session may stop after the rounds done: the cap of input sets, or of rounds (``max_rounds`` with
     references, ``max_repeats`` alone); alone, as
