@@ -262,3 +262,83 @@ def test_a_family_broken_in_a_shared_part_gets_one_batch_of_variants(tmp_path):
         repairs = [n for n in c.tree if n.payload.get("repair_of") == r.id]
         assert len(repairs) == REPAIR_BATCH and all(n.status.value == "failed" for n in repairs)
     assert c.evaluations < 60 and not [n for n in c.tree if n.status.value == "open"]
+
+
+def _planner_asks(c, first_refine_edits):
+    """Make the proposer's first refinement add ``first_refine_edits(tree, node_id)`` to its own edits."""
+    real = c.proposer.refine
+    calls = {"n": 0, "evaluations": []}
+
+    def refine(tree, node_id, state, evaluation=None):
+        calls["n"] += 1
+        calls["evaluations"].append((node_id, evaluation))
+        edits = real(tree, node_id, state, evaluation)
+        return edits + (first_refine_edits(tree, node_id) if calls["n"] == 1 else [])
+
+    c.proposer.refine = refine
+    return calls
+
+
+def test_a_retime_the_planner_asks_for_is_judged_next_counted_and_kept_as_a_new_round(tmp_path):
+    """issue 20: `retime` queues a solved node; the next step judges its kernel again beside its parent (not beside
+    itself), the budget counts it, the store keeps both rounds, the tree shows the new reading and the old score,
+    and the refinement after it gets the fresh evaluation."""
+    from ksearch.search.edits import Retime
+
+    c = make(tmp_path, budget=4)
+    c.start()
+    calls = _planner_asks(c, lambda tree, nid: [Retime(node_id=nid)] if tree[nid].status.value == "solved" else [])
+    first = c.step()
+    assert first.node_status == "solved", "the fake judge scores every first family above the naive kernel"
+    assert c.tree.retime == (first.node_id,)
+    second = c.step()
+    assert second.node_id == first.node_id and "re-time" in second.decision.reason
+    assert c.evaluator.calls[-1] == c.evaluator.calls[-2]  # the same kernel judged again
+    assert first.evaluation.candidate_id not in [r.candidate.id for r in c.evaluator.references]
+    assert c.evaluations == 2 and c.tree.retime == ()
+    node = c.tree[first.node_id]
+    assert node.evaluation.round == 1 and node.evaluation.previous_score == pytest.approx(first.score)
+    rows = [e for _, _, e in c.store.evaluations() if e.candidate_id == first.evaluation.candidate_id]
+    assert len(rows) == 2
+    assert calls["evaluations"][-1][0] == first.node_id and calls["evaluations"][-1][1] is not None
+    c.run()
+    assert c.evaluations == 4
+
+
+def test_a_retime_pending_when_the_run_stops_is_done_after_resume(tmp_path):
+    from ksearch.search.edits import Retime
+
+    c = make(tmp_path, budget=3)
+    c.start()
+    _planner_asks(c, lambda tree, nid: [Retime(node_id=nid)] if tree[nid].status.value == "solved" else [])
+    first = c.step()
+    again = Controller(c.store, TASK, c.evaluator, PatternsProposer(TASK, "cpu", None), c.cfg)
+    again.start()
+    assert again.tree.retime == (first.node_id,)
+    report = again.step()
+    assert report.node_id == first.node_id and "re-time" in report.decision.reason
+
+
+def test_the_planners_choice_is_tried_next_over_the_ranking(tmp_path):
+    """issue 20: `choose` names the next node; the strategy takes it (and says what its ranking would have
+    taken), then the choice is spent."""
+    from ksearch.search.edits import Choose
+    from ksearch.search.strategy import decide
+
+    c = make(tmp_path, budget=4)
+    c.start()
+    picked = {}
+
+    def choose_lowest(tree, nid):
+        frontier = sorted(tree.frontier(), key=lambda n: n.rating)
+        ranked = decide(tree, c.state, c.cfg.strategy)
+        low = next(n for n in frontier if ranked is None or n.id != ranked.node_id)
+        picked["id"] = low.id
+        return [Choose(node_id=low.id)]
+
+    _planner_asks(c, choose_lowest)
+    c.step()
+    assert c.tree.chosen == picked["id"]
+    report = c.step()
+    assert report.node_id == picked["id"] and "the planner's choice" in report.decision.reason
+    assert c.tree.chosen is None

@@ -198,3 +198,31 @@ def test_edits_round_trip():
         Delete(node_id="B1"),
     ]
     assert ta.validate_json(ta.dump_json(edits)) == edits
+
+
+# ---- retime and choose (issue 20) -------------------------------------------------------------------
+
+def test_retime_queues_a_passing_node_once():
+    from ksearch.search.edits import Retime
+    t, res = one(base(), Retime(node_id="A"))
+    assert res.ok and t.retime == ("A",)
+    t2, res = one(t, {"op": "retime", "node_id": "A"})
+    assert res.ok and "already queued" in res.reason and t2.retime == ("A",)
+
+
+@pytest.mark.parametrize("nid, match", [("root", "the root"), ("C", "is failed"), ("B", "is open"),
+                                        ("nope", "nope")])
+def test_retime_refuses_what_holds_no_passing_kernel(nid, match):
+    from ksearch.search.edits import Retime
+    rejected(base(), Retime(node_id=nid), match)
+
+
+def test_choose_takes_a_frontier_node_only():
+    from ksearch.search.edits import Choose
+    t, res = one(base(), Choose(node_id="A1"))
+    assert res.ok and t.chosen == "A1"
+    rejected(base(), Choose(node_id="B1"), "its parent 'B' holds no passing kernel yet")
+    rejected(base(), Choose(node_id="A"), "it is solved")
+    # an insert earlier in the same batch can be chosen
+    t, results = apply(base(), [Insert(parent_id="A", id="A2", action=ACT), Choose(node_id="A2")])
+    assert all(r.ok for r in results) and t.chosen == "A2"

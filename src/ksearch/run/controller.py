@@ -28,7 +28,7 @@ from ksearch.llm.settings import LLMSettings
 from ksearch.proposers.base import Proposer
 from ksearch.search.edits import apply
 from ksearch.search.strategy import Decision, SearchState, StrategyConfig, decide, update_state
-from ksearch.search.worldmodel import ROOT_ID, EvalSummary, Tree, attach
+from ksearch.search.worldmodel import ROOT_ID, EvalSummary, Tree, attach, retimed
 from ksearch.store.db import Store
 
 if TYPE_CHECKING:
@@ -157,8 +157,11 @@ class Controller:
 
     @staticmethod
     def eval_config(cfg: RunConfig) -> EvalConfig:
+        """The search's judge settings. The llm proposer's prompts from context "hardware" on show profiler and
+        compiler evidence of passing kernels (`EvalConfig.profile`); the patterns proposer reads none of it."""
+        profile = cfg.proposer == "llm" and cfg.llm is not None and cfg.llm.context != "none"
         return EvalConfig(seeds=correctness_seeds(cfg.seed, cfg.checks), timeout_s=cfg.timeout_s, timing=cfg.timing,
-                          spare_workers=SPARE_WORKERS)
+                          spare_workers=SPARE_WORKERS, profile=profile)
 
     def start(self) -> None:
         """Measure the naive kernel as the root, build the first tree, and save both (or reload them)."""
@@ -266,7 +269,14 @@ class Controller:
         """One decision, one evaluation, one atomic write. None when nothing is left to try.
 
         Raises the llm proposer's LLMBudgetExhausted / LLMUnavailable (the run stops; resumable): after the
-        step's evaluation is saved when they come from the refinement, before anything is judged otherwise."""
+        step's evaluation is saved when they come from the refinement, before anything is judged otherwise.
+
+        A re-time the planner asked for (`Tree.retime`) is done first: one evaluation of that node's kernel beside
+        its parent and the best, counted in the budget like any other."""
+        while self.tree.retime:
+            report = self._retime(self.tree.retime[0])
+            if report is not None:
+                return report
         decision = self._decide()
         if decision is None:
             return None
@@ -313,6 +323,40 @@ class Controller:
                             tree[node_id].status.value, reused)
         if stop is not None:
             stop.step_report = report  # what `run` hands to on_step before the stop goes on
+            raise stop
+        return report
+
+    def _retime(self, node_id: str) -> StepReport | None:
+        """Judge the kernel of ``node_id`` again (see `step`); None when it cannot be (the request is dropped)."""
+        node = self.tree[node_id] if node_id in self.tree else None
+        cand = self.store.candidate(node.candidate_id) if node is not None and node.candidate_id else None
+        if node is None or cand is None:
+            self.tree = self.tree.replace(retime=tuple(i for i in self.tree.retime if i != node_id))
+            self.store.record_snapshot(self.tree.model_dump_json(), self.state.model_dump_json(),
+                                       [("controller", node_id, False, "re-time dropped: no stored kernel")])
+            return None
+        decision = Decision(node_id=node_id, reason=f"re-time {node_id} {node.label!r}: the planner asked",
+                            score=0.0, alternatives=((node_id, 0.0),))
+        self.progress(f"{node_id} {node.label}: re-timing candidate {cand.id} (the planner asked)")
+        refs = [r for r in self.references_for(node.parent_id) if r.candidate.id != cand.id]  # not beside itself
+        evaluation = self.evaluator.evaluate(cand, self.cfg.workloads, self.timing, references=refs)
+        self._keep_hardware()
+        summary = summarize(evaluation)
+        tree = retimed(self.tree, node_id, cand.id, summary)
+        state = update_state(self.state, tree, node_id, tree[node_id].evaluation)
+        stop: LLMError | None = None
+        try:
+            refinement = self.proposer.refine(tree, node_id, state, evaluation)
+        except LLMError as e:
+            refinement, stop = [], e
+        tree, log = self._apply(tree, refinement, "proposer:refine")
+        seq = self.store.record_step(cand, evaluation, summary.score, tree.model_dump_json(), state.model_dump_json(),
+                                     decision.model_dump_json(), log, retime=True)
+        self.tree, self.state = tree, state
+        report = StepReport(seq, node_id, node.label, decision, evaluation, summary.score,
+                            tree[node_id].status.value, False)
+        if stop is not None:
+            stop.step_report = report
             raise stop
         return report
 

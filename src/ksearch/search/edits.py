@@ -17,6 +17,11 @@ Four records, each with an ``op`` tag so a planner's JSON list parses directly (
   into sub-steps instead, insert children under it.
 - `Delete` (op "delete"): drop an open node and its subtree. Refused for the root and for any
   subtree holding a tried node or an attached candidate.
+- `Retime` (op "retime"): ask for a tried node's kernel (solved or regressed, not the root) to be judged
+  again (a fresh evaluation beside its parent and the best, counted in the budget); queued on
+  ``Tree.retime``, done by the controller before the next action.
+- `Choose` (op "choose"): name the open node to try next (it must be on the frontier once the edits before it
+  are applied); the strategy takes it unless it is in its failure cooldown (``Tree.chosen``).
 
 `apply` is atomic per edit by default: each edit is checked against the tree as left by the
 edits before it; a rejected edit changes nothing and yields a readable reason, the others still
@@ -98,7 +103,22 @@ class Delete(Record):
     node_id: str
 
 
-Edit = Annotated[Union[Insert, Update, Split, Delete], Field(discriminator="op")]
+class Retime(Record):
+    """Judge the kernel of tried node ``node_id`` again."""
+
+    op: Literal["retime"] = "retime"
+    node_id: str
+
+
+class Choose(Record):
+    """Try open node ``node_id`` next."""
+
+    op: Literal["choose"] = "choose"
+    node_id: str
+
+
+Edit = Annotated[Union[Insert, Update, Split, Delete, Retime, Choose], Field(discriminator="op")]
+AnyEdit = Union[Insert, Update, Split, Delete, Retime, Choose]
 _EDIT = TypeAdapter(Edit)
 
 
@@ -107,7 +127,7 @@ class EditResult(Record):
 
     Attributes:
         index: position of the edit in the batch (0-based).
-        op: "insert", "update", "split", "delete", or "?" when it did not parse.
+        op: "insert", "update", "split", "delete", "retime", "choose", or "?" when it did not parse.
         ok: True when the edit is in the returned tree.
         reason: what was done, or why it was rejected (naming the bad id or value).
         node_ids: ids created (insert, split) or changed (update, delete, split's dropped nodes).
@@ -131,9 +151,9 @@ def explain(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse_edit(raw: Edit | Mapping[str, Any]) -> Insert | Update | Split | Delete:
+def parse_edit(raw: Edit | Mapping[str, Any]) -> AnyEdit:
     """An edit record from a record or a dict with an ``op`` key. Raises `Rejected` with a reason."""
-    if isinstance(raw, (Insert, Update, Split, Delete)):
+    if isinstance(raw, (Insert, Update, Split, Delete, Retime, Choose)):
         return raw
     try:
         return _EDIT.validate_python(dict(raw))
@@ -222,8 +242,26 @@ def _new_node(tree: Tree, spec: NodeSpec, parent_id: str, taken: set[str], seq: 
     return Node.model_validate({**data, "id": nid, "parent_id": parent_id}), seq
 
 
-def _apply_one(tree: Tree, edit: Insert | Update | Split | Delete) -> tuple[Tree, str, tuple[str, ...]]:
+def _apply_one(tree: Tree, edit: AnyEdit) -> tuple[Tree, str, tuple[str, ...]]:
     taken = {n.id for n in tree}
+    if isinstance(edit, Retime):
+        node = _node(tree, edit.node_id)
+        if node.id == ROOT_ID:
+            raise Rejected("the root (the naive kernel) is the base every speedup is measured against; it is "
+                           "not re-timed alone")
+        if node.status not in (NodeStatus.SOLVED, NodeStatus.REGRESSED) or node.candidate_id is None:
+            raise Rejected(f"only a node holding a passing kernel (solved or regressed) can be re-timed; "
+                           f"{node.id!r} is {node.status.value}")
+        if node.id in tree.retime:
+            return tree, f"{node.id!r} is already queued for a re-time", (node.id,)
+        return tree.replace(retime=(*tree.retime, node.id)), f"queued {node.id!r} for a re-time", (node.id,)
+    if isinstance(edit, Choose):
+        node = _node(tree, edit.node_id)
+        if node.id not in {n.id for n in tree.frontier()}:
+            why = (f"it is {node.status.value}" if node.status != NodeStatus.OPEN else
+                   f"its parent {node.parent_id!r} holds no passing kernel yet")
+            raise Rejected(f"only an open node on the frontier can be chosen; {node.id!r} cannot be tried now: {why}")
+        return tree.replace(chosen=node.id), f"chose {node.id!r} to try next", (node.id,)
     if isinstance(edit, Insert):
         _check_parent(tree, edit.parent_id)
         node, seq = _new_node(tree, edit, edit.parent_id, taken, tree.next_seq)

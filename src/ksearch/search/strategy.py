@@ -202,7 +202,8 @@ def _label(tree: Tree, node_id: str | None) -> str:
 def decide(tree: Tree, state: SearchState, cfg: StrategyConfig = DEFAULT) -> Decision | None:
     """Choose the next open action on the frontier, and say why.
 
-    Steps: take the frontier (`Tree.frontier`); leave out cooling actions (`cooling`); keep
+    Steps: take the frontier (`Tree.frontier`); leave out cooling actions (`cooling`); the node the
+    planner named (`Tree.chosen`, an edit ``choose``) is taken when it is left; else keep
     actions within the difficulty cap, unless none is, then relax the cap; when the active branch
     has gone ``stagnation_window`` evaluations without improving the best, keep only actions
     outside it if any (backoff to the best competing branch: the one holding the best-scoring
@@ -234,7 +235,14 @@ def decide(tree: Tree, state: SearchState, cfg: StrategyConfig = DEFAULT) -> Dec
     chosen, backoff = ranked[0], False
     stale = state.active_branch
     k = state.branch_since_improvement
-    if stale is not None and stale in tree and k >= cfg.stagnation_window:
+    picked = next(((score(n, tree, cfg), n) for n in pool if n.id == tree.chosen), None)
+    if tree.chosen is not None and tree.chosen in cool:
+        notes.append(f"the planner's choice {tree.chosen} is in its failure cooldown")
+    if picked is not None:  # the planner named it (an edit `choose`): its word over the ranking and the backoff
+        chosen, head = picked, "the planner's choice"
+        if picked[1].id != ranked[0][1].id:
+            notes.append(f"the ranking would take {ranked[0][1].id}")
+    elif stale is not None and stale in tree and k >= cfg.stagnation_window:
         outside = [sn for sn in ranked if tree.branch_of(sn[1].id) != stale]
         if outside:
             chosen, backoff = outside[0], True

@@ -119,6 +119,10 @@ class EvalSummary(Record):
     vs_parent: Literal["faster", "slower", "tie"] | None = None
     vs_best: Literal["faster", "slower", "tie"] | None = None
     intervals: dict[str, list[float | None]] = Field(default_factory=dict)
+    #: judgments of this kernel before this one (0: the first; a re-time the planner asked for adds one)
+    round: int = Field(default=0, ge=0)
+    #: the score the previous judgment of this kernel measured (None on the first)
+    previous_score: float | None = None
 
     @property
     def paired(self) -> bool:
@@ -203,6 +207,8 @@ class Tree(Record):
     Attributes:
         nodes: every node ever created (dropped ones included), parents before children at creation.
         next_seq: counter for generated ids (``n<seq>``); only grows.
+        retime: ids of tried nodes whose candidates are to be judged again (the planner's request).
+        chosen: the open node the planner named to try next, or None (the strategy chooses).
 
     Raises:
         pydantic.ValidationError: on duplicate ids, a missing or second root, an unknown parent, a
@@ -211,6 +217,10 @@ class Tree(Record):
 
     nodes: tuple[Node, ...]
     next_seq: int = Field(default=1, ge=1)
+    #: tried nodes whose kernels the planner asked to time again (`ksearch.search.edits.Retime`), in order
+    retime: tuple[str, ...] = ()
+    #: the open node the planner asked to try next (`ksearch.search.edits.Choose`); cleared when it is tried
+    chosen: str | None = None
     _index: dict[str, Node] = PrivateAttr(default_factory=dict)
     _children: dict[str, list[str]] = PrivateAttr(default_factory=dict)
 
@@ -348,11 +358,13 @@ class Tree(Record):
                     best, best_score = n, n.evaluation.score  # type: ignore[assignment]
         return best
 
-    def replace(self, *nodes: Node, next_seq: int | None = None) -> Tree:
-        """A new tree with these nodes replacing same-id ones, new ids appended (validated)."""
+    def replace(self, *nodes: Node, next_seq: int | None = None, **fields: Any) -> Tree:
+        """A new tree with these nodes replacing same-id ones, new ids appended (validated); ``fields``: other
+        tree fields to set (retime, chosen), the rest kept."""
         new = {n.id: n for n in nodes}
         kept = tuple(new.pop(n.id, n) for n in self.nodes)
-        return Tree(nodes=kept + tuple(new.values()), next_seq=next_seq or self.next_seq)
+        keep = {"retime": self.retime, "chosen": self.chosen, **fields}
+        return Tree(nodes=kept + tuple(new.values()), next_seq=next_seq or self.next_seq, **keep)
 
 
 def attach(
@@ -415,4 +427,33 @@ def attach(
             attempts=node.attempts + max(0, attempts),
         )
     )
-    return tree.replace(Node.model_validate(new.model_dump()))
+    chosen = None if tree.chosen == node_id else tree.chosen
+    return tree.replace(Node.model_validate(new.model_dump()), chosen=chosen)
+
+
+def retimed(tree: Tree, node_id: str, candidate_id: str, evaluation: EvalSummary) -> Tree:
+    """Record a fresh measurement of a tried node's kernel (the planner's re-time request, taken off
+    ``tree.retime``): its evaluation is replaced by the new one and its status follows it as in `attach`
+    (failed, regressed against its parent, or solved). The candidate stays the same.
+
+    Raises:
+        SearchError: unknown node, or one without this attached candidate.
+    """
+    node = tree[node_id]
+    if node.candidate_id != candidate_id or node.status not in (NodeStatus.SOLVED, NodeStatus.REGRESSED,
+                                                                NodeStatus.FAILED):
+        raise SearchError(f"node {node_id!r} ({node.status.value}, candidate {node.candidate_id!r}) cannot be "
+                          f"re-timed with candidate {candidate_id!r}")
+    if not evaluation.passed:
+        status = NodeStatus.FAILED
+    elif evaluation.vs_parent is not None:
+        status = NodeStatus.REGRESSED if evaluation.vs_parent == "slower" else NodeStatus.SOLVED
+    else:
+        parent = tree.parent_score(node_id)
+        status = NodeStatus.REGRESSED if parent is not None and evaluation.score < parent else NodeStatus.SOLVED  # type: ignore[operator]
+    old = node.evaluation
+    evaluation = evaluation.model_copy(update={"round": (old.round + 1) if old else 1,
+                                               "previous_score": old.score if old else None})
+    new = node.model_copy(update=dict(evaluation=evaluation, status=status))
+    return tree.replace(Node.model_validate(new.model_dump()),
+                        retime=tuple(i for i in tree.retime if i != node_id))

@@ -84,11 +84,20 @@ def _m003_reports(db: sqlite3.Connection) -> None:
     db.execute("CREATE TABLE reports (name TEXT PRIMARY KEY, created_at TEXT NOT NULL, report_json TEXT NOT NULL)")
 
 
+def _m004_retimes(db: sqlite3.Connection) -> None:
+    """A candidate may be judged again when the planner asks (a re-time): evaluations are unique per (candidate,
+    round) instead of per candidate; round 0 is the first judgment."""
+    db.execute("ALTER TABLE evaluations ADD COLUMN round INTEGER NOT NULL DEFAULT 0")
+    db.execute("DROP INDEX evaluations_candidate")
+    db.execute("CREATE UNIQUE INDEX evaluations_candidate_round ON evaluations(candidate_id, round)")
+
+
 #: Schema migrations, applied in order and recorded by name in ``migrations``.
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("001_initial", _m001_initial),
     ("002_llm_calls", _m002_llm_calls),
     ("003_reports", _m003_reports),
+    ("004_retimes", _m004_retimes),
 ]
 
 #: the tables every migrated store has
@@ -276,8 +285,8 @@ class Store:
 
     @_reads
     def evaluation_of(self, candidate_id: str) -> Evaluation | None:
-        row = self.db.execute("SELECT evaluation_json FROM evaluations WHERE candidate_id = ?",
-                              (candidate_id,)).fetchone()
+        row = self.db.execute("SELECT evaluation_json FROM evaluations WHERE candidate_id = ? ORDER BY seq DESC "
+                              "LIMIT 1", (candidate_id,)).fetchone()
         return Evaluation.model_validate_json(row[0]) if row else None
 
     @_reads
@@ -292,18 +301,24 @@ class Store:
 
     def record_step(self, candidate: Candidate, evaluation: Evaluation, score: float | None, tree_json: str,
                     state_json: str, decision_json: str | None,
-                    edits: list[tuple[str, str, bool, str]] = ()) -> int:
+                    edits: list[tuple[str, str, bool, str]] = (), *, retime: bool = False) -> int:
         """Write one evaluation with the tree and state that follow from it, atomically; returns its seq.
 
         ``edits``: (source, edit JSON, accepted, reason) of the tree edits made from this evaluation.
+        ``retime``: the candidate was judged before and the planner asked for it again: the row is its next
+        round (without it, a second evaluation of a candidate is refused by the store: IntegrityError).
         """
         with self.transaction() as db:
             db.execute("INSERT OR IGNORE INTO candidates VALUES (?,?,?,?,?)",
                        (candidate.id, _now(), candidate.node_id, candidate.parent_id, candidate.model_dump_json()))
+            rnd = 0
+            if retime:
+                rnd = db.execute("SELECT COALESCE(MAX(round) + 1, 0) FROM evaluations WHERE candidate_id = ?",
+                                 (candidate.id,)).fetchone()[0]
             cur = db.execute("INSERT INTO evaluations (created_at, candidate_id, node_id, status, score, "
-                             "evaluation_json) VALUES (?,?,?,?,?,?)",
+                             "evaluation_json, round) VALUES (?,?,?,?,?,?,?)",
                              (_now(), candidate.id, candidate.node_id, evaluation.status.value, score,
-                              evaluation.model_dump_json()))
+                              evaluation.model_dump_json(), rnd))
             seq = cur.lastrowid
             self._snapshot(db, seq, tree_json, state_json, decision_json, edits)
             db.execute("UPDATE runs SET updated_at = ?", (_now(),))
