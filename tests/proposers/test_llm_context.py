@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from ksearch.errors import ConfigError
-from ksearch.records import Candidate
+from ksearch.records import Candidate, Evaluation, Profile, Status, WorkloadResult
 from ksearch.proposers.llm import context as ctx
 from ksearch.proposers.llm.proposer import LLMProposer
 from ksearch.search.strategy import SearchState, update_state
 from ksearch.search.worldmodel import EvalSummary, attach
-from tests.proposers.fakes import (NAIVE_MS, TASK, FakeClient, edits_json, family, fixed_cpu_spec, fixed_gpu_spec,
+from tests.proposers.fakes import (NAIVE_MS, TASK, FakeClient, FakeEvidence, edits_json, family, fixed_cpu_spec, fixed_gpu_spec,
                                    root_tree, small_tree)
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -31,12 +31,36 @@ def dump(messages) -> str:
     return "".join(f"===== {m.role} =====\n{m.content}" for m in messages)
 
 
+ROWS = ("/* the kernel of fam-rows */\n" + "".join(f"static const float c{i} = {i}.0f;\n" for i in range(12))
+        + "void run(void) {\n    for (int r = 0; r < rows; r++)\n        scan(r);\n}\n")
+POLY = ROWS.replace("scan(r);", "scan_exp2(r);")
+
+
+def evidence() -> FakeEvidence:
+    """The store's answers for the fixed tree: the kernels of fam-rows and exp-poly, and exp-poly's full
+    evaluation (intervals, errors against the tolerance, a check workload, the vectorizer's report)."""
+    def result(w, ms, purpose_checks=3):
+        return WorkloadResult(workload=w, status=Status.PASSED, median_ms=ms, ci_ms=[0.97 * ms, 1.04 * ms],
+                              checks=purpose_checks, max_abs_err=1.2e-5, max_rel_err=3.4e-4, tolerance_used=0.031)
+    poly = Evaluation(candidate_id="candpoly00000000", task=TASK.name, target="cpu", status=Status.PASSED,
+                      workloads=[WorkloadResult(workload="odd", status=Status.PASSED, checks=3, max_abs_err=4e-5,
+                                                max_rel_err=1e-3, tolerance_used=0.2),
+                                 *[result(k, v / 6) for k, v in NAIVE_MS.items()]],
+                      profiles=[Profile(tool="gcc 12.2.0 -fopt-info-vec", metrics={"loops_vectorized": 1,
+                                                                                  "loops_not_vectorized": 2},
+                                        notes=["kernel.c:3:5: missed: couldn't vectorize loop",
+                                               "kernel.c:4:9: optimized: loop vectorized using 32 byte vectors"])])
+    return FakeEvidence(candidates={"candrows00000000": Candidate(target="cpu", sources={"kernel.c": ROWS}),
+                                    "candpoly00000000": Candidate(target="cpu", sources={"kernel.c": POLY})},
+                        evaluations={"candpoly00000000": poly})
+
+
 def prompts(level: str) -> dict[str, str]:
     """The three prompts at one level, rendered through the proposer with a scripted client."""
     out = {}
     client = FakeClient(edits_json([family("a"), family("b")]), "```c\nvoid run(void) {}\n```")
     p = LLMProposer(TASK, "cpu", fixed_cpu_spec(), planner=client, coder=client, planner_model="p", coder_model="c",
-                    context=level)
+                    context=level, evidence=evidence())
     p.initial_edits(root_tree())
     out["planner-initial"] = dump(client.calls[-1]["messages"])
     rows = "/* the kernel of fam-rows */\nvoid run(void) {}\n"
@@ -81,10 +105,22 @@ def test_what_each_level_adds():
         assert "memory bandwidth: 60 GB/s" in hw and "SIMD: 256-bit, 8 float32 lanes" in hw
         assert "# Knowledge pack" not in hw and "# Knowledge pack: selective-scan-cpu" in full
         assert "# World model" not in hw and "# World model" in full
-        assert "Active path (root -> current node)" in full
+        if name.startswith("planner"):  # the whole tree with ids at every level; the path only for the coder
+            for text in (none, hw, full):
+                assert "# The tree" in text and "- root [solved] the naive kernel" in text
+                assert "Active path" not in text
+        else:
+            assert "Active path (root -> current node)" in full and "# The tree" not in full
+    for text in (p[level]["planner-refine"] for level in ctx.LEVELS):
+        assert "    - exp-poly [solved] exp2-poly: polynomial exp2 (rating 7, confidence 0.4); 6x naive" in text
+        assert "-        scan(r);\n+        scan_exp2(r);" in text  # the node's kernel as a diff from its parent's
+        assert "6.667 ms (6.467-6.933; 6x naive" in text  # the 99.9% interval of the median
+        assert "| odd | check | - | 20% of tolerance (max abs 4e-05, max rel 0.001) |" in text
+    assert "void run(const float *u, const float *delta" in p["none"]["planner-initial"].split("===== user")[1]
+    assert "loops_vectorized=1" in p["hardware"]["planner-refine"]
     assert "| mamba370m-L512 | 40 ms (6% of floor) | 2.49 ms | 10 ms (4x naive, 25% of floor) |" in \
         p["hardware"]["planner-refine"]
-    assert "| mamba370m-L512 | 40 ms | 10 ms (4x naive) | 6.667 ms (6x naive) |" in p["none"]["planner-refine"]
+    assert "| mamba370m-L512 | 40 ms | 10 ms (4x naive) | 6.667 ms (6.467-6.933; 6x naive) |" in p["none"]["planner-refine"]
     assert "Frontier (open actions" in p["full"]["planner-refine"]
     assert "Frontier" not in p["full"]["coder-first"]
     assert "alternatives to fam-rows (kernel family):" in p["full"]["coder-first"]
@@ -223,7 +259,8 @@ def test_translation_layer_in_prompts_for_a_non_cuda_target():
 
 def test_translation_layer_for_cpu_and_cuda():
     planner, _ = system_prompts("cpu", "full")
-    assert "- __shared__ -> a thread-local stack array / the L1 and L2 caches [size: CUDA 48 KB" in planner
+    # a CPU kernel has no shared memory or warps to map: no concept rows, but the assertions it must keep
+    assert "__shared__ ->" not in planner and "Concept map" not in planner
     assert "- no-foreign-code: The kernel computes itself" in planner
     assert "checked by: rule cpu/replaced-library; rule cpu/shell-out" in planner
     # cuda is the source of every map: no concept map, its own patterns and assertions, ports' ones left out

@@ -13,7 +13,7 @@ from ksearch.llm.base import LLMReply
 from ksearch.proposers.llm.proposer import LLMProposer
 from ksearch.search.edits import Insert, Update, apply
 from ksearch.search.strategy import SearchState, update_state
-from ksearch.search.worldmodel import ROOT_ID, EvalSummary, NodeStatus, attach
+from ksearch.search.worldmodel import ROOT_ID, EvalSummary, NodeStatus, Tree, attach
 from tests.proposers.fakes import (NAIVE_MS, TASK, FakeClient, FakeEvidence, edits_json, failing_evaluation, family,
                                    fixed_cpu_spec, root_tree, small_tree)
 
@@ -185,6 +185,34 @@ def test_refine_after_a_solved_node():
     # the planner left the open siblings' ratings alone: revise moves them toward the evidence
     revised = [e for e in edits if isinstance(e, Update) and e.node_id != "fam-rows"]
     assert revised and all(set(e.fields) == {"rating", "confidence"} for e in revised)
+
+
+def test_a_node_the_planner_edits_in_any_field_keeps_its_rating_from_revise():
+    """issue 20: an update of impacts alone (or a choose) is the planner's judgement of that node: `revise` does not
+    move its rating and confidence behind the planner's back; nodes it left alone are still revised."""
+    tree = small_tree()
+    state = update_state(SearchState(), tree, "fam-rows", tree["fam-rows"].evaluation)
+    child = {"op": "insert", "parent_id": "fam-rows", "id": "next", "action": {"title": "next", "description": "x"}}
+    notes = {"op": "update", "node_id": "fam-lanes", "fields": {"impacts": {"notes": "still the best bet"}}}
+    p, _ = make(edits_json([child, notes, {"op": "choose", "node_id": "fam-lanes"}]))
+    edits = p.refine(tree, "fam-rows", state)
+    revised = {e.node_id for e in edits if isinstance(e, Update) and set(e.fields) == {"rating", "confidence"}}
+    assert "fam-lanes" not in revised and "fam-rows" in revised
+    new = applied(tree, edits)
+    assert new["fam-lanes"].rating == tree["fam-lanes"].rating and new.chosen == "fam-lanes"
+
+
+def test_the_prompts_list_only_the_runs_workloads():
+    """issue 20: a run on some workloads is told about those, not the task's others (their floors included)."""
+    from tests.proposers.fakes import fixed_cpu_spec
+    client = FakeClient(edits_json([family("a"), family("b")]))
+    p = LLMProposer(TASK, "cpu", fixed_cpu_spec(), planner=client, coder=client, planner_model="p",
+                    coder_model="c", workloads=["mamba370m-L512", "tiny"])
+    root = attach(Tree.new(), ROOT_ID, "naive0000000000",
+                  EvalSummary(status="PASSED", score=1.0, latency_ms={"mamba370m-L512": 40.0}))
+    p.initial_edits(root)
+    text = "".join(m.content for m in client.calls[0]["messages"])
+    assert "mamba370m-L512" in text and "mamba370m-L4096" not in text and "mamba370m-L2048" not in text
 
 
 def test_refine_without_a_continuation_asks_once_then_lets_expand_handle_it():

@@ -74,6 +74,9 @@ COMPILER = Source("compiler output", 4000, 0.75)
 JUDGE = Source("the judge's message, which can quote the kernel's stderr and errors", 2500, 0.4)
 #: one workload's message: judge text that can quote the kernel's exception on that workload
 WORKLOAD = Source("the judge's message on this workload, which can quote the kernel's errors", 1500, 0.5)
+#: a profiler's or compiler report's notes on a passing kernel (`ksearch.records.Profile`): they quote its source
+#: lines and kernel names; the first lines are the tool's summary
+PROFILER = Source("the profiler's and compiler's notes on this kernel, which can quote its source", 1500, 0.7)
 #: why the coder's reply gave no kernel (`ksearch.errors.ReplyError`; it can quote names from the reply)
 NO_KERNEL = Source("why the coder's reply held no kernel", 800, 0.5)
 

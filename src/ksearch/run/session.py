@@ -78,7 +78,7 @@ class Session:
             self.evaluator = Evaluator(self.task, cfg.target, self.hardware, Controller.eval_config(cfg),
                                        self.progress)
             self.proposer = get_proposer(cfg.proposer, self.task, cfg.target, self.hardware, cfg.llm, store,
-                                         cfg.strategy)
+                                         cfg.strategy, cfg.workloads)
             self.controller = Controller(store, self.task, self.evaluator, self.proposer, cfg, self.progress)
             self.run_id = self.dir.name
         except BaseException:

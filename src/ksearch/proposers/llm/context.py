@@ -50,6 +50,12 @@ PACK_TEXT = 180
 TRANSLATION_CHARS = 7000
 #: lines of a pattern's sketch kept in a prompt
 SKETCH_LINES = 4
+#: a prediction within this factor of the measured speedup counts as met when no paired interval was measured
+PREDICTION_BAND = 1.1
+#: nodes listed in the compact tree every planner prompt carries (the rest are counted)
+TREE_LINES = 80
+#: a kernel is shown to the planner as a diff from its parent's when the diff is at most this share of the file
+DIFF_SHARE = 0.6
 
 
 def check_level(level: str) -> str:
@@ -158,8 +164,17 @@ def abi(definition, target: str) -> str:
     return get_target(target).abi(definition)
 
 
-def task_view(task, target: str) -> dict[str, Any]:
-    """The task as the prompts show it (see the module docstring, level none)."""
+def run_workloads(task, names: list[str] | None) -> list:
+    """The run's workloads (``names``: its selection, None for all of the task's), in the task's order."""
+    if not names:
+        return list(task.workloads)
+    wanted = set(names)
+    return [w for w in task.workloads if w.label in wanted]
+
+
+def task_view(task, target: str, workloads: list[str] | None = None) -> dict[str, Any]:
+    """The task as the prompts show it (see the module docstring, level none); ``workloads``: the run's selection
+    (only those are listed; None: all)."""
     d = task.definition
     axes = []
     for name, ax in d.axes.items():
@@ -178,14 +193,14 @@ def task_view(task, target: str) -> dict[str, Any]:
     out_dtypes = sorted({s.dtype for s in d.outputs.values()})
     tolerance = [{"dtype": dt, "rtol": _g(d.tolerance_for(dt).rtol), "atol": _g(d.tolerance_for(dt).atol)}
                  for dt in out_dtypes]
-    workloads = []
-    for w in task.workloads:
+    listed: list[dict[str, str]] = []
+    for w in run_workloads(task, workloads):
         try:
             cost = d.cost_of(w)
             work = f"{_si(cost.bytes, 'B')}, {_si(cost.flops, 'FLOP')}, {_si(cost.transcendentals, ' exp')}"
         except TaskError:
             work = ""
-        workloads.append({"name": w.label, "purpose": w.purpose,
+        listed.append({"name": w.label, "purpose": w.purpose,
                           "axes": " ".join(f"{k}={v}" for k, v in w.axes.items()), "work": work,
                           "dists": ", ".join(f"{k} ~ {d.describe()}" for k, d in w.distributions.items())})
     return {
@@ -200,7 +215,7 @@ def task_view(task, target: str) -> dict[str, Any]:
                  "flops": d.cost.flops, "transcendentals": d.cost.transcendentals},
         "reference": d.reference.strip("\n"),
         "reference_backend": d.reference_backend,
-        "workloads": workloads,
+        "workloads": listed,
         "target": target,
         "abi": abi(d, target),
         "naive_file": get_target(target).naive_file,
@@ -219,8 +234,9 @@ def rules_view(target: str) -> list[dict[str, str]]:
 # -- the hardware -----------------------------------------------------------------------------------------
 
 
-def hardware_view(spec, task) -> dict[str, Any]:
-    """The hardware spec as labelled lines, and the roofline floor of each timed workload."""
+def hardware_view(spec, task, workloads: list[str] | None = None) -> dict[str, Any]:
+    """The hardware spec as labelled lines, and the roofline floor of each timed workload of the run
+    (``workloads``: its selection, None for all)."""
     from ksearch.hardware.roofline import roofline
 
     gpu = spec.kind == "gpu"
@@ -250,7 +266,7 @@ def hardware_view(spec, task) -> dict[str, Any]:
         shared = f" (shared by {c.shared_by_cores} cores)" if c.shared_by_cores > 1 else ""
         facts.append((f"L{c.level} {c.kind} cache", f"{_bytes(c.size_bytes)}{shared}"))
     floors = []
-    for w in task.workloads:
+    for w in run_workloads(task, workloads):
         if w.purpose != "bench":
             continue
         try:
@@ -331,9 +347,10 @@ def _check_text(checks) -> str:
 def translation_view(target: str, level: str) -> dict[str, Any] | None:
     """The translation layer for the run's target, compact (at most TRANSLATION_CHARS characters of entries).
 
-    Level ``hardware``: the hard limits (catalog figures the static rules enforce) and the concept map's rows
-    (CUDA concept, the target's form, hard limits on both sides, what breaks in a naive port, the static rule
-    that catches it). Level ``full``: + the code patterns (description and the target's sketch) and the
+    Level ``hardware``: the hard limits (catalog figures the static rules enforce) and, for a GPU target, the
+    concept map's rows (CUDA concept, the target's form, hard limits on both sides, what breaks in a naive port,
+    the static rule that catches it; a cpu kernel is written in the CPU's own terms, so the cpu target gets no
+    rows). Level ``full``: + the code patterns (description and the target's sketch) and the
     assertions with their checks. For target cuda, which no map leads to, the rows are the limits only and the
     patterns and assertions are CUDA's own (`translation.own_knowledge`). None at level ``none``, or when there
     is nothing to show.
@@ -346,7 +363,9 @@ def translation_view(target: str, level: str) -> dict[str, Any] | None:
     tmap = map_for_target(target)
     limits = limits_view(target)
     concepts = []
-    if tmap is not None:
+    # a cpu kernel is written in the CPU's own terms (cores, SIMD lanes, caches): CUDA's concepts (warps, shared
+    # memory, blocks) have no counterpart to carry over, so the concept rows are for GPU targets only
+    if tmap is not None and get_target(target).hardware_kind == "gpu":
         for c in tmap.concepts:
             lims = "; ".join(f"{lim.name}: CUDA {lim.cuda}, {tmap.target} {lim.target}" for lim in c.limits)
             concepts.append({"concept": c.concept, "equivalent": c.equivalent, "limits": lims, "note": c.note,
@@ -475,30 +494,62 @@ def node_view(tree: Tree, node_id: str) -> dict[str, Any]:
     predicted = node.action.expected_speedup if node.action else None
     view["measured_vs_parent"] = _g(measured) if measured is not None else ""
     gap = ""
+    iv = (node.evaluation.intervals.get("parent") if node.evaluation else None) or []
+    lo, hi = (iv[1], iv[2]) if len(iv) == 3 else (None, None)
     if measured is not None and predicted:
         ratio = measured / predicted
-        if abs(math.log2(ratio)) >= math.log2(1.25):
+        inside = lo is not None and hi is not None and lo <= predicted <= hi
+        if inside:
+            gap = (f"predicted {_g(predicted)}x over the parent, measured {_g(measured)}x: as predicted (inside the "
+                   f"measured interval {_g(lo)}-{_g(hi)})")
+        elif lo is not None or abs(math.log2(ratio)) >= math.log2(PREDICTION_BAND):
             gap = (f"predicted {_g(predicted)}x over the parent, measured {_g(measured)}x: "
                    f"{'better' if ratio > 1 else 'worse'} than predicted by {_g(ratio if ratio > 1 else 1 / ratio)}x")
         else:
-            gap = f"predicted {_g(predicted)}x over the parent, measured {_g(measured)}x: as predicted"
+            gap = (f"predicted {_g(predicted)}x over the parent, measured {_g(measured)}x: as predicted (within "
+                   f"{_g(100 * (PREDICTION_BAND - 1))}%)")
     elif predicted and node.status == NodeStatus.FAILED:
         gap = f"predicted {_g(predicted)}x over the parent; the kernel failed"
     view["prediction_gap"] = gap
     return view
 
 
-def timings(tree: Tree, columns: list[tuple[str, str]], spec, task) -> dict[str, Any]:
-    """Per-workload median times of some nodes, with the naive kernel's and the roofline floor.
+def _result(ev, workload: str):
+    """The `WorkloadResult` of one workload in a full evaluation (None: no evaluation or not there)."""
+    if ev is None:
+        return None
+    return next((r for r in ev.workloads if r.workload == workload), None)
+
+
+def accuracy_cell(r) -> str:
+    """How close a workload's outputs came to the tolerance: ``"3.1% of tolerance (max abs 1.2e-05, max rel
+    3.4e-04)"``; "-" when nothing was checked."""
+    if r is None or r.max_abs_err is None or not r.checks:
+        return "-"
+    errs = f"max abs {r.max_abs_err:.2g}" + (f", max rel {r.max_rel_err:.2g}" if r.max_rel_err is not None else "")
+    if r.tolerance_used is None or math.isnan(r.tolerance_used):
+        return errs
+    return f"{100 * r.tolerance_used:.3g}% of tolerance ({errs})"
+
+
+def timings(tree: Tree, columns: list[tuple[str, str]], spec, task,
+            evaluations: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Per-workload median times of some nodes, with their intervals, the naive kernel's and the roofline floor,
+    and how close each node's outputs came to the tolerance.
 
     Args:
         columns: (label, node id) per node, e.g. [("parent n3", "n3"), ("best n7", "n7")].
+        evaluations: node id -> its full `ksearch.records.Evaluation` where known (the 99.9% interval of each
+            median, the errors against the tolerance, the check workloads); without one a node shows its median.
 
     Returns:
-        {"columns": labels, "rows": [{"workload", "naive", "floor", "cells": ["1.23 ms (45% of floor)", ...]}],
-        "floor": whether any floor is known} over the workloads any of the nodes (or the root) was timed on;
-        empty rows when none was. Without a spec (None) there is no floor and no % of floor.
+        {"columns": labels, "rows": [{"workload", "naive", "floor", "cells": ["1.23 ms (1.2-1.27; 4.1x naive,
+        45% of floor)", ...]}], "floor": whether any floor is known, "accuracy": [{"workload", "purpose",
+        "cells"}] over every checked workload (check workloads included), "tolerance": the task's tolerances,
+        "intervals": whether any cell has an interval}.
+        Empty rows when nothing was timed. Without a spec (None) there is no floor and no % of floor.
     """
+    evaluations = evaluations or {}
     names: list[str] = []
     for nid in [ROOT_ID, *[n for _, n in columns]]:
         ev = tree[nid].evaluation
@@ -518,17 +569,153 @@ def timings(tree: Tree, columns: list[tuple[str, str]], spec, task) -> dict[str,
                 continue
             cell = f"{_g(ms)} ms"
             extra = []
+            r = _result(evaluations.get(nid), w)
+            if r is not None and r.ci_ms and len(r.ci_ms) == 2:
+                extra.append(f"{_g(r.ci_ms[0])}-{_g(r.ci_ms[1])}")
+            ups = []
             if naive.get(w):
-                extra.append(f"{_g(naive[w] / ms)}x naive")
+                ups.append(f"{_g(naive[w] / ms)}x naive")
             if fl:
-                extra.append(f"{100 * fl / ms:.0f}% of floor")
-            cells.append(cell + (f" ({', '.join(extra)})" if extra else ""))
+                ups.append(f"{100 * fl / ms:.0f}% of floor")
+            if ups:
+                extra.append(", ".join(ups))
+            cells.append(cell + (f" ({'; '.join(extra)})" if extra else ""))
         naive_cell = "-"
         if naive.get(w):
             naive_cell = f"{_g(naive[w])} ms" + (f" ({100 * fl / naive[w]:.0f}% of floor)" if fl else "")
         rows.append({"workload": w, "naive": naive_cell,
                      "floor": f"{_g(fl)} ms" if fl else "-", "cells": cells})
-    return {"columns": [label for label, _ in columns], "rows": rows, "floor": any(r["floor"] != "-" for r in rows)}
+    accuracy = []
+    checked: list[str] = []
+    for _, nid in columns:
+        for r in (evaluations[nid].workloads if nid in evaluations else []):
+            if r.workload not in checked and r.checks:
+                checked.append(r.workload)
+    for w in checked:
+        try:
+            purpose = task.workload(w).purpose
+        except TaskError:
+            purpose = ""
+        accuracy.append({"workload": w, "purpose": purpose,
+                         "cells": [accuracy_cell(_result(evaluations.get(nid), w)) for _, nid in columns]})
+    d = task.definition
+    tolerance = "; ".join(f"{dt}: rtol {_g(d.tolerance_for(dt).rtol)}, atol {_g(d.tolerance_for(dt).atol)}"
+                          for dt in sorted({o.dtype for o in d.outputs.values()}))
+    intervals = any(r.ci_ms for ev in evaluations.values() for r in ev.workloads)
+    return {"columns": [label for label, _ in columns], "rows": rows, "floor": any(r["floor"] != "-" for r in rows),
+            "accuracy": accuracy, "tolerance": tolerance, "intervals": intervals}
+
+
+def profile_view(label: str, ev) -> list[dict[str, Any]]:
+    """The profiler and compiler evidence of one evaluation (``ev.profiles``, `ksearch.records.Profile`) for a
+    prompt: metrics as ``name=value`` (units in the names), the tool's notes, or why it did not work, as
+    `untrusted.Untrusted` (they quote the kernel's source and names). [] without an evaluation or profiles."""
+    out = []
+    for p in getattr(ev, "profiles", None) or []:
+        metrics = ", ".join(f"{k}={_g(v)}" for k, v in sorted(p.metrics.items()))
+        text = p.error if p.error else "\n".join(p.notes)
+        out.append({"label": label, "tool": p.tool, "workload": p.workload, "metrics": metrics,
+                    "failed": bool(p.error),
+                    "notes": untrusted.Untrusted.of(text, untrusted.PROFILER) if text.strip() else None})
+    return out
+
+
+def compact_tree(tree: Tree, limit: int = TREE_LINES) -> dict[str, Any]:
+    """The whole tree, one short line per live node in depth-first order (id, status, choice or title, rating,
+    confidence, measured speedup), indented by depth: what every planner prompt carries at every context level,
+    so the planner can refer to its nodes by id. Dropped nodes are counted, not listed; past ``limit`` lines
+    the rest are counted.
+
+    Returns:
+        {"lines": [{"indent", "id", "status", "title", "rating", "confidence", "measured"}], "more": int,
+        "dropped": int, "chosen": the planner's pending choice or None, "retime": pending re-times}.
+    """
+    lines: list[dict[str, Any]] = []
+    more = 0
+    dropped = sum(1 for n in tree if n.status == NodeStatus.DROPPED)
+
+    def walk(node: Node, depth: int) -> None:
+        nonlocal more
+        if node.status == NodeStatus.DROPPED:
+            return
+        if len(lines) >= limit:
+            more += 1
+        else:
+            ev = node.evaluation
+            measured = ""
+            if ev is not None:
+                measured = f"{_g(ev.score)}x naive" if ev.passed else f"failed: {ev.status}"
+                if ev.passed and ev.round:
+                    measured += f" (re-timed; before {_g(ev.previous_score)}x)"
+            title = node.label if node.id != ROOT_ID else "the naive kernel"
+            lines.append({"indent": "  " * depth, "id": node.id, "status": node.status.value,
+                          "title": _short(title if node.id == ROOT_ID or not node.action else
+                                          (f"{node.choice}: " if node.choice else "") + node.action.title, 90),
+                          "rating": _g(node.rating), "confidence": _g(node.confidence), "measured": measured})
+        for child in tree.children(node.id):
+            walk(child, depth + 1)
+
+    walk(tree.root, 0)
+    return {"lines": lines, "more": more, "dropped": dropped, "chosen": tree.chosen, "retime": list(tree.retime)}
+
+
+def kernel_view(sources: dict[str, str], base: dict[str, str] | None, langs: dict[str, str],
+                flags: list[str] | None = None, base_flags: list[str] | None = None) -> dict[str, Any]:
+    """A kernel as the planner sees it: the unified diff from ``base`` (its parent's sources) when that is at
+    most DIFF_SHARE of the kernel's size, else the whole sources (see `code_blocks`).
+
+    Returns:
+        {"diff": [{"name", "body", "fence"}] or None, "blocks": code blocks or None, "flags": "-O3 ..." or ""}
+        (exactly one of diff and blocks is set).
+    """
+    import difflib
+
+    flag_note = ""
+    if flags is not None and base is not None and list(flags) != list(base_flags or []):
+        flag_note = f"compile flags {' '.join(base_flags or []) or '(none)'} -> {' '.join(flags) or '(none)'}"
+    elif flags:
+        flag_note = f"compile flags {' '.join(flags)}"
+    if base is not None:
+        diffs, size = [], 0
+        for name in sorted(set(sources) | set(base)):
+            old, new = base.get(name, ""), sources.get(name, "")
+            if old == new:
+                continue
+            body = "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                                f"parent/{name}", f"this/{name}", n=2))
+            size += len(body)
+            diffs.append({"name": name, "body": body.rstrip("\n"), "fence": _fence(body)})
+        total = sum(len(v) for v in sources.values()) or 1
+        if not diffs:
+            return {"diff": [], "blocks": None, "flags": flag_note}
+        if size <= DIFF_SHARE * total:
+            return {"diff": diffs, "blocks": None, "flags": flag_note}
+    return {"diff": None, "blocks": code_blocks(sources, None, langs), "flags": flag_note}
+
+
+def _fence(body: str) -> str:
+    """A fence longer than any run of backticks in ``body`` (the body cannot close it)."""
+    longest = max((len(run) for run in re.findall(r"`{3,}", body)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def code_blocks(sources: dict[str, str], launch: dict | None, langs: dict[str, str],
+                flags: list[str] | None = None) -> list[dict[str, str]]:
+    """Sources (and a launch plan, and compile flags) as fenced blocks for a prompt: lang (by suffix from
+    ``langs``, the target's `Target.fence_langs`), name, body, fence."""
+    import yaml
+
+    out = []
+    for name in sorted(sources):
+        body = sources[name]
+        lang = langs.get(name[name.rfind("."):], "")
+        out.append({"lang": lang, "name": name, "body": body.rstrip("\n"), "fence": _fence(body)})
+    if launch:
+        body = yaml.safe_dump(launch, sort_keys=False, default_flow_style=None).rstrip("\n")
+        out.append({"lang": "yaml", "name": "launch plan", "body": body, "fence": "```"})
+    if flags:
+        out.append({"lang": "flags", "name": "compile flags", "body": " ".join(flags), "fence": "```"})
+    return out
 
 
 def tree_view(tree: Tree, node_id: str | None, state: SearchState | None = None,

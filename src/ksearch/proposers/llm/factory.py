@@ -39,9 +39,10 @@ class StoreReplay:
 
 
 def build_llm_proposer(task: Task, target: str, hardware: HardwareSpec | None, settings: LLMSettings,
-                       store: Store | None = None, strategy: StrategyConfig | None = None) -> LLMProposer:
+                       store: Store | None = None, strategy: StrategyConfig | None = None,
+                       workloads: list[str] | None = None) -> LLMProposer:
     """The `LLMProposer` for a run (``store``: its call log, replays and the evidence the coder's debug prompts
-    quote; ``strategy``: the run's StrategyConfig). Raises ConfigError (ksearch.errors) for a missing key, command
+    quote; ``strategy``: the run's StrategyConfig; ``workloads``: the run's selection, None for all). Raises ConfigError (ksearch.errors) for a missing key, command
     or queue directory, an unreadable price table, or a --max-cost on a model without a price."""
     from ksearch.llm.backends import make_backend
     from ksearch.llm.client import Budget, LLMClient
@@ -68,4 +69,5 @@ def build_llm_proposer(task: Task, target: str, hardware: HardwareSpec | None, s
                        record=store.record_llm_call if store is not None else None, replay=StoreReplay(store),
                        retries=settings.retries, timeout_s=settings.timeout_s, temperature=settings.temperature)
     return LLMProposer(task, target, hardware, planner=client, coder=client, planner_model=settings.planner,
-                       coder_model=settings.coder, context=settings.context, evidence=store, strategy=strategy)
+                       coder_model=settings.coder, context=settings.context, evidence=store, strategy=strategy,
+                       workloads=workloads)

@@ -25,7 +25,7 @@ import yaml
 
 from ksearch.errors import Rejected, ReplyError
 from ksearch.llm.base import is_truncated
-from ksearch.search.edits import Delete, Insert, Split, Update, parse_edit
+from ksearch.search.edits import Choose, Delete, Insert, Retime, Split, Update, parse_edit
 from ksearch.targets import get_target, target_names
 from ksearch.targets.base import aliases
 
@@ -186,7 +186,7 @@ def extract_json_array(text: str, finish_reason: str | None = None) -> list:
     raise ReplyError(f"the reply holds no JSON array of edits{cut}")
 
 
-Edit = Insert | Update | Split | Delete
+Edit = Insert | Update | Split | Delete | Retime | Choose
 
 
 def check_edits(items: list) -> tuple[list[tuple[int, Edit]], list[tuple[int, str]]]:

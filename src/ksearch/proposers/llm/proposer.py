@@ -44,7 +44,6 @@ the message).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -54,7 +53,7 @@ from ksearch.proposers.llm import context as ctx
 from ksearch.llm import untrusted
 from ksearch.llm.base import LLMReply, Message, Role, is_truncated
 from ksearch.proposers.llm.parse import Edit, check_edits, extract_code, extract_json_array
-from ksearch.search.edits import Delete, Insert, Split, Update, apply
+from ksearch.search.edits import Choose, Delete, Insert, Retime, Split, Update, apply
 from ksearch.search.strategy import SearchState, StrategyConfig, decide, revise
 from ksearch.search.worldmodel import ROOT_ID, Node, NodeStatus, Tree
 from ksearch.targets import get_target, target_names
@@ -84,27 +83,6 @@ class Evidence(Protocol):
 PAYLOAD_CHARS = 1200
 ROOT_PAYLOAD_CHARS = 4000
 
-def _code_blocks(sources: dict[str, str], launch: dict | None, langs: dict[str, str],
-                 flags: list[str] | None = None) -> list[dict[str, str]]:
-    """Sources (and a launch plan, and compile flags) as fenced blocks for a prompt: lang (by suffix from
-    ``langs``, the target's `Target.fence_langs`), name, body, fence."""
-    import yaml
-
-    out = []
-    for name in sorted(sources):
-        body = sources[name]
-        lang = langs.get(name[name.rfind("."):], "")
-        longest = max((len(run) for run in re.findall(r"`{3,}", body)), default=0)
-        fence = "`" * max(3, longest + 1)  # longer than any run of backticks in the body: the body cannot close it
-        out.append({"lang": lang, "name": name, "body": body.rstrip("\n"), "fence": fence})
-    if launch:
-        body = yaml.safe_dump(launch, sort_keys=False, default_flow_style=None).rstrip("\n")
-        out.append({"lang": "yaml", "name": "launch plan", "body": body, "fence": "```"})
-    if flags:
-        out.append({"lang": "flags", "name": "compile flags", "body": " ".join(flags), "fence": "```"})
-    return out
-
-
 class LLMProposer:
     """Proposer backed by language models (see the module docstring).
 
@@ -121,6 +99,7 @@ class LLMProposer:
             ``candidate(id)`` and ``evaluation_of(id)``); None: only what this proposer made in this process.
         strategy: the run's strategy knobs (which actions count as triable after an edit: cooldowns).
         planner_max_tokens, coder_max_tokens: reply limits per call.
+        workloads: the run's workload selection (None: all of the task's); the prompts list only these.
 
     Raises:
         ConfigError: an unknown context level, or a target the coder cannot write for.
@@ -133,7 +112,7 @@ class LLMProposer:
                  planner_model: str, coder_model: str, context: str = "full", max_fix_rounds: int = 3,
                  evidence: Evidence | None = None,
                  strategy: StrategyConfig | None = None, planner_max_tokens: int = 8192,
-                 coder_max_tokens: int = 16384):
+                 coder_max_tokens: int = 16384, workloads: list[str] | None = None):
         concrete = [n for n in target_names() if n not in aliases()]  # an alias (mlx) is resolved before
         if target not in concrete:
             raise ConfigError(f"the llm proposer writes kernels for {', '.join(concrete)}, not {target!r}")
@@ -151,9 +130,10 @@ class LLMProposer:
         self._static = {
             "level": self.level,
             "target": target,
-            "task": ctx.task_view(task, target),
+            "task": ctx.task_view(task, target, workloads),
             "rules": ctx.rules_view(target),
-            "hardware": ctx.hardware_view(hardware, task) if hardware is not None and self.level != "none" else None,
+            "hardware": (ctx.hardware_view(hardware, task, workloads)
+                         if hardware is not None and self.level != "none" else None),
             "pack": ctx.pack_view(task, target, hardware) if self.level == "full" else None,
             "translation": ctx.translation_view(target, self.level),
             "payload_chars": PAYLOAD_CHARS,
@@ -171,21 +151,64 @@ class LLMProposer:
 
     def _world(self, tree: Tree, node_id: str | None, state: SearchState | None = None, *,
                frontier: bool = True) -> dict | None:
+        """The world-model view of context full (None below it); ``frontier``: a planner's view (the frontier and
+        the compact tree instead of the active path)."""
         if self.level != "full":
             return None
         return {**ctx.tree_view(tree, node_id, state, self.strategy), "show_frontier": frontier}
 
+    def _evaluations(self, tree: Tree, node_ids: list[str]) -> dict[str, Evaluation]:
+        """The full evaluations (intervals, errors, check workloads) of some nodes, where they can be found."""
+        out = {}
+        for nid in node_ids:
+            _, ev = self._lookup(tree[nid].candidate_id)
+            if ev is not None:
+                out[nid] = ev
+        return out
+
     def _timings(self, tree: Tree, columns: list[tuple[str, str]]) -> dict:
-        """Per-workload times; the roofline floor and % of floor only from context "hardware" on (they come
-        from the hardware spec)."""
-        return ctx.timings(tree, columns, self.hardware if self.level != "none" else None, self.task)
+        """Per-workload times with intervals and accuracy; the roofline floor and % of floor only from context
+        "hardware" on (they come from the hardware spec)."""
+        return ctx.timings(tree, columns, self.hardware if self.level != "none" else None, self.task,
+                           self._evaluations(tree, [nid for _, nid in columns]))
+
+    def _kernel(self, tree: Tree, node: Node) -> dict[str, Any] | None:
+        """The node's kernel as the planner sees it: its diff from the parent's kernel (the naive one for a
+        first-level node), or the whole kernel when the diff would be longer; None when it left none."""
+        cand, _ = self._lookup(node.candidate_id)
+        if cand is None:
+            return None
+        parent = None
+        if node.parent_id is not None and node.parent_id != ROOT_ID:
+            parent, _ = self._lookup(tree[node.parent_id].candidate_id)
+        base = parent if parent is not None else self._target.naive_candidate(self.task)
+        view = ctx.kernel_view(cand.sources, dict(base.sources) if base is not None else None,
+                               self._target.fence_langs, list(cand.compile_flags),
+                               list(base.compile_flags) if base is not None else None)
+        return {**view, "base": f"the kernel of its parent {node.parent_id}" if parent is not None else "the naive kernel"}
+
+    def _profiles(self, tree: Tree, columns: list[tuple[str, str]]) -> list[dict[str, Any]]:
+        """The profiler and compiler evidence (`ksearch.records.Evaluation.profiles`) of some nodes, by label."""
+        out = []
+        for label, nid in columns:
+            _, ev = self._lookup(tree[nid].candidate_id)
+            out += ctx.profile_view(label, ev)
+        return out
+
+    def _planner_common(self, tree: Tree) -> dict[str, Any]:
+        """What every planner prompt carries at every context level: the compact tree."""
+        return {"tree": ctx.compact_tree(tree)}
 
     # -- the planner --------------------------------------------------------------------------------------
 
     def initial_edits(self, tree: Tree) -> list[Edit]:
         """The first tree (``plan:initial``). Asks once more when fewer than two competing families validate."""
+        naive = self._target.naive_candidate(self.task)
+        assert naive is not None  # checked in __init__
         user = self._render("plan_initial.j2", world=self._world(tree, None), root=ctx.node_view(tree, ROOT_ID),
-                            measured=self._timings(tree, []))
+                            measured=self._timings(tree, []), **self._planner_common(tree),
+                            naive_code=ctx.code_blocks(naive.sources, naive.launch, self._target.fence_langs,
+                                                       list(naive.compile_flags)))
 
         def need(after: Tree) -> str | None:
             fams = [n for n in after.children(ROOT_ID, live=True) if n.status == NodeStatus.OPEN]
@@ -216,13 +239,22 @@ class LLMProposer:
         failed = node.status == NodeStatus.FAILED
         world = self._world(tree, node_id, state)
         view = ctx.node_view(tree, node_id)
+        kernel = self._kernel(tree, node)
+        common = {**self._planner_common(tree), "kernel": kernel, "kernel_base": kernel["base"] if kernel else ""}
         if failed:
-            user = self._render("plan_failure.j2", world=world, node=view, failure=self._failure(tree, node))
+            user = self._render("plan_failure.j2", world=world, node=view, failure=self._failure(tree, node),
+                                **common)
             purpose = "plan:failure"
         else:
             cols = [(f"parent {node.parent_id}", node.parent_id), (f"this node {node_id}", node_id)]
+            best = tree.best()
+            if best is not None and best.id not in (node_id, node.parent_id):
+                cols.append((f"best {best.id}", best.id))
+            ev = node.evaluation
             user = self._render("plan_refine.j2", world=world, node=view, measured=self._timings(tree, cols),
-                                regressed=node.status == NodeStatus.REGRESSED)
+                                regressed=node.status == NodeStatus.REGRESSED,
+                                profiles=self._profiles(tree, [c for c in cols if c[1] != node.parent_id]),
+                                retimed=ev.previous_score if ev is not None and ev.round else None, **common)
             purpose = "plan:refine"
 
         def need(after: Tree) -> str | None:
@@ -242,7 +274,7 @@ class LLMProposer:
     def expand(self, tree: Tree, state: SearchState) -> list[Edit]:
         """New open actions when no action can be tried (``plan:expand``). An explicit ``[]`` means the planner
         sees nothing left (the run ends); edits that still leave nothing triable are asked about once more."""
-        user = self._render("plan_expand.j2", world=self._world(tree, None, state),
+        user = self._render("plan_expand.j2", world=self._world(tree, None, state), **self._planner_common(tree),
                             best=ctx.node_line(tree, tree.best()) if tree.best() else None,
                             leaves=ctx.passing_leaves(tree))
 
@@ -332,13 +364,10 @@ class LLMProposer:
         return None
 
     def _revisions(self, tree: Tree, node_id: str, edits: list[Edit]) -> list[Edit]:
-        """`revise`'s rating/confidence updates for nodes the planner's edits leave alone, validated after them."""
-        touched: set[str] = set()
-        for e in edits:
-            if isinstance(e, Update) and {"rating", "confidence"} & set(e.fields):
-                touched.add(e.node_id)
-            elif isinstance(e, (Delete, Split)):
-                touched.add(e.node_id)
+        """`revise`'s rating/confidence updates for nodes the planner's edits leave alone (a node it updated in any
+        field, split, deleted, chose or asked to re-time keeps what it set), validated after them."""
+        # whatever node the planner edited, chose or asked to re-time in this step keeps the values it left
+        touched = {e.node_id for e in edits if isinstance(e, (Update, Delete, Split, Retime, Choose))}
         base, _ = apply(tree, edits)
         mine = [u for u in revise(tree, node_id, None, self.strategy) if u.node_id not in touched]
         _, results = apply(base, mine)
@@ -354,7 +383,7 @@ class LLMProposer:
         base_sources, base_launch = self._base(parent)
         base_flags = list(parent.compile_flags) if parent is not None else []
         common = dict(world=self._world(tree, node_id, frontier=False), node=ctx.node_view(tree, node_id),
-                      parent_code=_code_blocks(base_sources, base_launch, self._target.fence_langs, base_flags),
+                      parent_code=ctx.code_blocks(base_sources, base_launch, self._target.fence_langs, base_flags),
                       base=f"the kernel of node {node.parent_id}" if parent is not None else "the naive kernel")
         if mode == "debug":
             failure = self._failure(tree, failed)  # type: ignore[arg-type]
@@ -369,6 +398,7 @@ class LLMProposer:
             if best is not None and best.id not in (node.parent_id,):
                 cols.append((f"best so far {best.id}", best.id))
             common["measured"] = self._timings(tree, cols)
+            common["profiles"] = self._profiles(tree, cols)
         common.setdefault("previous_failure", None)
         messages = [Message(role="system", content=self._render("coder_system.j2")),
                     Message(role="user", content=self._render(f"code_{mode}.j2", **common))]
@@ -437,7 +467,7 @@ class LLMProposer:
             else:
                 out["note"] = "the coder's reply held no usable kernel"
         if cand is not None:
-            out["code"] = _code_blocks(cand.sources, cand.launch, self._target.fence_langs, cand.compile_flags)
+            out["code"] = ctx.code_blocks(cand.sources, cand.launch, self._target.fence_langs, cand.compile_flags)
         if ev is None:
             if node.candidate_id is not None:
                 out["note"] = "the evaluation's messages are not available to this proposer"
