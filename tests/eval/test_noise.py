@@ -3,8 +3,10 @@ load meter counts them as other processes'), and the judge timing anyway (no wai
 
 - an unchanged kernel, re-submitted 20 times with a comment added, is never judged faster or slower than the
   kernel it is a copy of: every verdict is a tie, and every interval holds 1;
-- a kernel 1.3x faster than its reference (the reference does a third of its channels twice) is found faster
-  every time.
+- a kernel 1.3x faster than its reference (the reference does a third of its channels twice) is never judged
+  slower, and is found faster in most of 10 trials (how often depends on how noisy the machine is beyond the test's
+  own load: in one CI run on a shared 2-core VM an interval of 25 rounds still held 1, [0.995, 1.69], a tie; the
+  test asks for the judge's guarantee, no wrong direction, and for power, not for a quiet machine).
 
 Both through the judge and the search's own record of the verdicts (`summarize`, `attach`, `update_state`)."""
 
@@ -76,13 +78,19 @@ def test_an_unchanged_kernel_resubmitted_20_times_under_load_is_always_a_tie(jud
         assert state.best_node_id == ROOT_ID  # never recorded as an improvement
 
 
-def test_a_kernel_1_3x_faster_is_found_faster_every_time_under_load(judge):
+def test_a_kernel_1_3x_faster_is_never_judged_slower_and_mostly_faster_under_load(judge):
     slow = _kernel(TASK.naive_sources["cpu"].replace(LOOP, SLOW_LOOP))
     assert slow.sources["kernel.c"] != TASK.naive_sources["cpu"]
     with detached_loops():
         evs = [_judged(judge, _kernel(TASK.naive_sources["cpu"], f"fast {i}"), slow) for i in range(10)]
-    for ev in evs:
-        p = ev.paired_with("parent")
-        assert p.verdict == "faster" and p.ratio < 1.6, (p, ev.workloads[0].repeats, ev.workloads[0].load_cores)
+    pairs = [ev.paired_with("parent") for ev in evs]
+    seen = [(p.verdict, round(p.ratio, 3), p.lo, p.hi, ev.workloads[0].load_cores) for p, ev in zip(pairs, evs)]
+    assert all(p.verdict in ("faster", "tie") for p in pairs), seen  # never the wrong direction
+    assert sum(p.verdict == "faster" for p in pairs) >= 6, seen
+    ratios = sorted(p.ratio for p in pairs)
+    assert 1.1 < (ratios[4] + ratios[5]) / 2 < 1.6, seen  # the point estimates centre on the true 1.33x
+    for p, ev in zip(pairs, evs):
         summary = summarize(ev)
-        assert summary.vs_parent == "faster" and summary.vs_best == "faster"
+        assert summary.vs_parent == p.verdict and summary.vs_best in ("faster", "tie")
+        if p.verdict == "tie":
+            assert p.lo <= 1.0 <= p.hi, seen
