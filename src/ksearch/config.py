@@ -6,6 +6,8 @@
 - ``HOME``: the user's home, hidden from candidates by the evaluation sandbox.
 - ``KSEARCH_BUSY_WAIT_S``: how long the judge may wait for a busy machine before timing (`busy_wait_s`).
 - ``KSEARCH_CONFIG``: the user's config file (`user_config_file`; API keys under ``[keys]``).
+- ``KSEARCH_TOKENIZER``: what counts the tokens of llm backends that report none (`tokenizer_setting`;
+  `ksearch.llm.tokens` reads the value).
 - The API-key variables (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ... or the one ``--api-key-env`` names):
   `api_key_from_env` (`ksearch.llm.keys` decides which).
 
@@ -89,3 +91,9 @@ def api_key_from_env(name: str) -> str:
     """The value of the environment variable ``name`` (an API key's: the provider's usual variable or the one
     ``--api-key-env`` names), stripped; "" when it is unset or blank."""
     return os.environ.get(name, "").strip()
+
+
+def tokenizer_setting() -> str | None:
+    """``KSEARCH_TOKENIZER`` (``tiktoken:<encoding>``, ``hf:<path>`` or ``estimate``; `ksearch.llm.tokens` says
+    what each means and raises ConfigError for anything else), stripped; None when it is unset or blank."""
+    return os.environ.get("KSEARCH_TOKENIZER", "").strip() or None

@@ -3,8 +3,9 @@
 
 Script steps (the servers take all of them; `scripted_command` and `ScriptedBackend` say which they take):
 
-- ``"text"`` or ``Reply(text, input_tokens=11, output_tokens=7, finish_reason=None)``: an answer (the
-  provider's normal stop reason unless given);
+- ``"text"`` or ``Reply(text, input_tokens=11, output_tokens=7, finish_reason=None, usage=None)``: an answer
+  (the provider's normal stop reason unless given; ``usage``: the body's ``usage`` object exactly as given, in
+  place of the one built from the two counts: cache fields, nulls, odd shapes);
 - ``Truncated(text)``: an answer cut off at the token limit (finish_reason ``length`` / ``max_tokens``);
 - ``Status(429, retry_after=0)``, ``Status(500)``, ``Status(401, message=...)``: an HTTP error with the
   provider's error body (and a Retry-After header when ``retry_after`` is given);
@@ -50,6 +51,7 @@ class Reply:
     input_tokens: int = 11
     output_tokens: int = 7
     finish_reason: str | None = None
+    usage: object = None
 
 
 @dataclass(frozen=True)
@@ -183,8 +185,11 @@ class _ScriptedServer:
         if isinstance(step, str):
             step = Reply(step)
         if isinstance(step, Reply):
-            return self._send(h, 200, self._reply_body(n, model, step.text, step.input_tokens, step.output_tokens,
-                                                       step.finish_reason or self.stop_reason))
+            reply = self._reply_body(n, model, step.text, step.input_tokens, step.output_tokens,
+                                     step.finish_reason or self.stop_reason)
+            if step.usage is not None:
+                reply["usage"] = step.usage
+            return self._send(h, 200, reply)
         if isinstance(step, Truncated):
             return self._send(h, 200, self._reply_body(n, model, step.text, step.input_tokens, step.output_tokens,
                                                        self.length_reason))

@@ -58,7 +58,8 @@ def test_http_success_with_usage(server, backend, model, stop, length):
         assert body["model"] == model and body["max_tokens"] == 256
         assert srv.headers[0].get("authorization") == f"Bearer {KEY}" or srv.headers[0].get("x-api-key") == KEY
         if backend is AnthropicBackend:
-            assert body["system"] == "You write CUDA kernels."
+            assert body["system"] == [{"type": "text", "text": "You write CUDA kernels.",
+                                       "cache_control": {"type": "ephemeral"}}]
             assert body["messages"] == [{"role": "user", "content": "Make it fast."}]
         else:
             assert body["temperature"] == 0.2
@@ -170,6 +171,68 @@ def test_anthropic_needs_a_user_message():
     with pytest.raises(LLMError, match="at least one user message"):
         AnthropicBackend("http://127.0.0.1:9", KEY).complete([MSGS[0]], model="m", max_tokens=10, temperature=0,
                                                             timeout_s=1)
+
+
+# -- prompt caching ----------------------------------------------------------------------------------------------
+
+
+def test_anthropic_caches_the_system_prompt_and_records_what_it_cached():
+    """Every system message is a text block, the last marked cache_control ephemeral (the run's static prefix);
+    the cache's reads and writes are part of input_tokens, recorded apart and priced at their own rates."""
+    msgs = [Message(role="system", content="role and protocol"), Message(role="system", content="task and pack"),
+            Message(role="user", content="refine node a1")]
+    writes = {"input_tokens": 50, "output_tokens": 200, "cache_creation_input_tokens": 6000,
+              "cache_read_input_tokens": 0}
+    reads = {"input_tokens": 70, "output_tokens": 100, "cache_creation_input_tokens": None,
+             "cache_read_input_tokens": 6000}
+    records = []
+    with ScriptedAnthropicServer([Reply("first", usage=writes), Reply("second", usage=reads)]) as srv:
+        client = client_for(AnthropicBackend(srv.base_url, KEY), records)
+        client.ask("planner", "plan:initial", msgs, model="claude-sonnet-4-5")
+        client.ask("planner", "plan:refine", msgs, model="claude-sonnet-4-5")
+    for body in srv.requests:
+        assert body["system"] == [{"type": "text", "text": "role and protocol"},
+                                  {"type": "text", "text": "task and pack", "cache_control": {"type": "ephemeral"}}]
+        assert body["messages"] == [{"role": "user", "content": "refine node a1"}]
+    first, second = (r.usage for r in records)
+    assert (first.input_tokens, first.cache_write_tokens, first.cache_read_tokens) == (6050, 6000, 0)
+    assert (second.input_tokens, second.cache_write_tokens, second.cache_read_tokens) == (6070, 0, 6000)
+    assert [r.usage_counted_by for r in records] == ["provider", "provider"]
+    # claude-sonnet-4-5: input $3, cache reads $0.30, cache writes $3.75, output $15 per million tokens
+    assert records[0].cost_usd == pytest.approx((50 * 3 + 6000 * 3.75 + 200 * 15) / 1e6)
+    assert records[1].cost_usd == pytest.approx((70 * 3 + 6000 * 0.30 + 100 * 15) / 1e6)
+
+
+def test_anthropic_without_a_system_prompt_sends_none():
+    with ScriptedAnthropicServer(["ok"]) as srv:
+        AnthropicBackend(srv.base_url, KEY).complete([Message(role="system", content=""), MSGS[1]], model="m",
+                                                     max_tokens=10, temperature=0, timeout_s=5)
+    assert "system" not in srv.requests[0]
+
+
+@pytest.mark.parametrize("details,cached", [
+    ({"cached_tokens": 1536, "audio_tokens": 0}, 1536),  # OpenAI's automatic prefix cache
+    (None, 0),  # a compatible server that sends null
+    ("absent", 0),  # ... or no details at all
+    ({"cached_tokens": None}, 0),
+    ({}, 0),
+    ("not an object", 0),
+    ({"cached_tokens": "many"}, 0),
+    ({"cached_tokens": 99_999}, 2000),  # never more than the prompt
+], ids=["cached", "null", "absent", "null-count", "empty", "string", "nonsense", "too-many"])
+def test_openai_cached_tokens_are_read_and_any_shape_is_tolerated(details, cached):
+    usage = {"prompt_tokens": 2000, "completion_tokens": 10, "total_tokens": 2010}
+    if details != "absent":
+        usage["prompt_tokens_details"] = details
+    records = []
+    with ScriptedOpenAIServer([Reply("ok", usage=usage)]) as srv:
+        client = client_for(OpenAIBackend(srv.base_url, KEY), records)
+        client.ask("coder", "code:first", MSGS, model="gpt-4.1")
+    got = records[0].usage
+    assert (got.input_tokens, got.output_tokens, got.cache_read_tokens, got.cache_write_tokens) == \
+        (2000, 10, cached, 0)
+    # gpt-4.1: input $2, cached input $0.50, output $8 per million tokens
+    assert records[0].cost_usd == pytest.approx(((2000 - cached) * 2 + cached * 0.5 + 10 * 8) / 1e6)
 
 
 def test_retry_after_header_forms():

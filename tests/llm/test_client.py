@@ -246,7 +246,7 @@ def test_a_failed_call_is_not_replayed():
 
 def test_price_lookup():
     p = Prices.load()
-    assert p.lookup("gpt-4o") == Price(2.50, 10.00, "openai")
+    assert p.lookup("gpt-4o") == Price(2.50, 10.00, "openai", cached_input_per_mtok=1.25)
     assert p.lookup("gpt-4o-2024-08-06").input_per_mtok == 2.50
     assert p.lookup("gpt-4o-2024-05-13").input_per_mtok == 5.00  # exact beats prefix
     assert p.lookup("gpt-4o-mini-2024-07-18").input_per_mtok == 0.15  # longest prefix
@@ -277,9 +277,57 @@ def test_price_override_merges_over_the_builtin(tmp_path):
     assert Prices.load(tmp_path / "bare.yaml").lookup("my-model") == Price(3.0, 4.0, str(tmp_path / "bare.yaml"))
 
 
+def test_price_of_cache_reads_and_writes():
+    """Uncached input at input, cache reads at cached_input, cache writes at cache_write, output at output; a
+    rate the price does not give is charged as input."""
+    usage = Usage(input_tokens=10_000, cache_read_tokens=6_000, cache_write_tokens=3_000, output_tokens=500)
+    assert usage.uncached_input_tokens == 1_000
+    full = Price(3.0, 15.0, cached_input_per_mtok=0.3, cache_write_per_mtok=3.75)
+    assert full.cost(usage) == pytest.approx((1_000 * 3.0 + 6_000 * 0.3 + 3_000 * 3.75 + 500 * 15.0) / 1e6)
+    reads_only = Price(2.0, 8.0, cached_input_per_mtok=0.5)
+    assert reads_only.cost(usage) == pytest.approx((4_000 * 2.0 + 6_000 * 0.5 + 500 * 8.0) / 1e6)
+    plain = Price(2.0, 8.0)
+    assert plain.cost(usage) == pytest.approx((10_000 * 2.0 + 500 * 8.0) / 1e6)
+    assert plain.cost(Usage(input_tokens=10_000, output_tokens=500)) == plain.cost(usage)
+    # the built-in table: Anthropic reads 0.1x and writes 1.25x input; OpenAI per model; Gemini 2.5 25%
+    p = Prices.load()
+    sonnet = p.lookup("claude-sonnet-4-5-20250929")
+    assert (sonnet.cached_input_per_mtok, sonnet.cache_write_per_mtok) == (pytest.approx(0.3), pytest.approx(3.75))
+    assert p.lookup("gpt-4o").cached_input_per_mtok == 1.25 and p.lookup("gpt-4.1").cached_input_per_mtok == 0.5
+    assert p.lookup("gpt-5").cached_input_per_mtok == 0.125 and p.lookup("gpt-5").cache_write_per_mtok is None
+    assert p.lookup("gemini-2.5-flash").cached_input_per_mtok == 0.075
+    assert p.lookup("gpt-4-turbo").cached_input_per_mtok is None  # no discount: charged as input
+    for name, price in p.table.items():
+        for rate in (price.cached_input_per_mtok, price.cache_write_per_mtok):
+            assert rate is None or 0 <= rate, name
+        assert price.cached_input_per_mtok is None or price.cached_input_per_mtok < price.input_per_mtok, name
+
+
+def test_cached_tokens_are_part_of_the_input():
+    with pytest.raises(ValueError, match="part of input_tokens"):
+        Usage(input_tokens=100, cache_read_tokens=80, cache_write_tokens=30)
+    assert Usage(input_tokens=100, cache_read_tokens=70, cache_write_tokens=30).uncached_input_tokens == 0
+
+
+def test_cache_rates_from_a_price_file(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("models:\n  my-model: {input: 1, cached_input: 0.1, cache_write: 1.25, output: 2}\n"
+                 "  claude-sonnet-4-5: {input: 2, output: 10}\n")
+    p = Prices.load(f)
+    assert p.lookup("my-model") == Price(1.0, 2.0, str(f), 0.1, 1.25)
+    assert p.lookup("claude-sonnet-4-5").cached_input_per_mtok is None  # an override replaces the entry whole
+    usage = Usage(input_tokens=1_000_000, cache_read_tokens=1_000_000)
+    assert p.cost("my-model", usage) == pytest.approx(0.1) and p.cost("claude-sonnet-4-5", usage) == 2.0
+
+
 @pytest.mark.parametrize("text,match", [("models:\n  m: {input: 1}\n", "needs `input` and `output`"),
                                         ("models:\n  m: {input: x, output: 1}\n", "must be numbers"),
                                         ("models:\n  m: {input: -1, output: 1}\n", "negative"),
+                                        ("models:\n  m: {input: 1, output: 1, cached_input: -1}\n", "negative"),
+                                        ("models:\n  m: {input: 1, output: 1, cache_write: x}\n",
+                                         "must be numbers.*cache_write='x'"),
+                                        ("models:\n  m: {input: 1, output: 1, cache_read: 0.1}\n",
+                                         "unknown key.*cache_read"),
                                         ("models: [1, 2]\n", "must map model names"),
                                         ("models: {a: [\n", "not valid YAML")])
 def test_bad_price_files(tmp_path, text, match):

@@ -4,6 +4,12 @@ retrying, pricing or logging (that is `ksearch.llm.client.LLMClient`'s job).
 - `OpenAIBackend`: any OpenAI-compatible chat-completions endpoint (OpenAI, Gemini's compatible endpoint,
   vLLM, Ollama, llama.cpp's server, OpenRouter) through the openai SDK.
 - `AnthropicBackend`: Anthropic's Messages API through the anthropic SDK.
+
+Prompt caching: a run's system prompt (role, protocol, task, hardware, knowledge pack) is the same on every call
+of a role, and the changing part follows it. Anthropic caches it where asked (`AnthropicBackend` marks the last
+system block ``cache_control: ephemeral``); OpenAI caches a prompt's prefix by itself (from 1024 tokens on) and
+Gemini's 2.5 models likewise. Both backends record what the provider says it read from (and wrote to) its cache
+in `Usage.cache_read_tokens` / `Usage.cache_write_tokens`, which the price table charges at their own rates.
 - `CommandBackend`: pipe the prompt to a program (a coding-agent CLI, a script) and read its stdout.
 - `QueueBackend`: write the prompt to a directory and wait for a reply file (a person, or any other program).
 
@@ -145,6 +151,19 @@ def _count(value) -> int:
         return 0
 
 
+def _field(obj, name: str):
+    """``obj.name`` or ``obj[name]`` (an SDK model, or a dict the SDK left unparsed); None when neither."""
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _openai_cached(usage) -> int:
+    """``usage.prompt_tokens_details.cached_tokens`` (OpenAI's prompt cache); 0 where a compatible server sends no
+    details, null, or something else."""
+    return _count(_field(_field(usage, "prompt_tokens_details"), "cached_tokens"))
+
+
 def _is_openai_api(base_url: str | None) -> bool:
     from ksearch.llm.keys import provider_of
 
@@ -207,16 +226,22 @@ class OpenAIBackend:
             text = refusal if isinstance(refusal, str) else ""
         usage = getattr(resp, "usage", None)
         finish = getattr(choice, "finish_reason", None)
+        inp = _count(getattr(usage, "prompt_tokens", 0))
         return LLMReply(text=text,
-                        usage=Usage(input_tokens=_count(getattr(usage, "prompt_tokens", 0)),
-                                    output_tokens=_count(getattr(usage, "completion_tokens", 0))),
+                        usage=Usage(input_tokens=inp, output_tokens=_count(getattr(usage, "completion_tokens", 0)),
+                                    cache_read_tokens=min(inp, _openai_cached(usage))),
                         model=str(getattr(resp, "model", None) or model),
                         finish_reason=str(finish) if finish is not None else None, latency_s=latency)
 
 
 class AnthropicBackend:
-    """Anthropic's Messages API. System messages go to ``system=`` (joined by blank lines). ``temperature`` is
-    not sent: the Messages API of the SDK in use (anthropic 2.x) has no sampling parameters."""
+    """Anthropic's Messages API. System messages go to ``system=`` as text blocks, one per message, the last
+    marked ``cache_control: {"type": "ephemeral"}`` (Anthropic's prompt caching: the system prompt is written to a
+    5-minute cache on the first call and read from it on the next ones of the run; a prompt shorter than the
+    model's minimum, a thousand tokens or more by model, is not cached, without error). Usage: ``input_tokens`` is the sum of the
+    uncached, cache-read and cache-written prompt tokens, the last two also in ``cache_read_tokens`` /
+    ``cache_write_tokens``. ``temperature`` is not sent: the Messages API of the SDK in use (anthropic 2.x) has
+    no sampling parameters."""
 
     name = "anthropic"
 
@@ -236,12 +261,14 @@ class AnthropicBackend:
 
     def complete(self, messages: list[Message], *, model: str, max_tokens: int, temperature: float,
                  timeout_s: float) -> LLMReply:
-        system = "\n\n".join(m.content for m in messages if m.role == "system")
+        system: list[dict] = [{"type": "text", "text": m.content} for m in messages
+                              if m.role == "system" and m.content]
         chat = [{"role": m.role, "content": m.content} for m in messages if m.role != "system"]
         if not chat:
             raise LLMError("anthropic: a call needs at least one user message besides the system prompt")
         kwargs: dict = {"model": model, "messages": chat, "max_tokens": max_tokens, "timeout": timeout_s}
         if system:
+            system[-1]["cache_control"] = {"type": "ephemeral"}
             kwargs["system"] = system
         t0 = time.monotonic()
         try:
@@ -256,11 +283,13 @@ class AnthropicBackend:
             raise _garbled(self.name, "the body is not a message", self.redact(str(resp)))
         text = "".join(getattr(b, "text", "") or "" for b in content if getattr(b, "type", None) == "text")
         usage = getattr(resp, "usage", None)
-        inp = sum(_count(getattr(usage, f, 0)) for f in
-                  ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
+        read = _count(getattr(usage, "cache_read_input_tokens", 0))
+        written = _count(getattr(usage, "cache_creation_input_tokens", 0))
+        inp = _count(getattr(usage, "input_tokens", 0)) + read + written
         stop = getattr(resp, "stop_reason", None)
         return LLMReply(text=text,
-                        usage=Usage(input_tokens=inp, output_tokens=_count(getattr(usage, "output_tokens", 0))),
+                        usage=Usage(input_tokens=inp, output_tokens=_count(getattr(usage, "output_tokens", 0)),
+                                    cache_read_tokens=read, cache_write_tokens=written),
                         model=str(getattr(resp, "model", None) or model),
                         finish_reason=str(stop) if stop is not None else None, latency_s=latency)
 
@@ -273,8 +302,8 @@ class CommandBackend:
     ``KSEARCH_LLM_MODEL``, ``KSEARCH_LLM_MAX_TOKENS`` and ``KSEARCH_LLM_PURPOSE``. A timeout or a death by
     signal is transient (the group is killed; the client asks again), and so is an empty stdout; a non-zero exit
     is final (an LLMError with the end of stderr). A program that cannot be found is a ConfigError at once.
-    Usage is not reported: the client estimates the tokens from the text (--max-tokens binds; --max-cost only
-    with a priced --model)."""
+    Usage is not reported: the client counts the tokens of the text (`ksearch.llm.tokens`: KSEARCH_TOKENIZER,
+    else tiktoken or an estimate; --max-tokens binds; --max-cost only with a priced --model)."""
 
     name = "command"
 
@@ -355,7 +384,8 @@ class QueueBackend:
     """Write each prompt to ``directory`` and wait for the reply file (the protocol is in the module docstring).
 
     ``poll_s``: how often the reply file is looked for; ``wait_s``: how long one attempt waits, when it should
-    differ from the client's per-call timeout (None: the client's). Usage is not reported (0 tokens).
+    differ from the client's per-call timeout (None: the client's). Usage is not reported (0 tokens: the client
+    counts the text, `ksearch.llm.tokens`).
     """
 
     name = "queue"

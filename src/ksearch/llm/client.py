@@ -11,9 +11,11 @@ the run's budget, the call log and the replay of recorded answers.
    exponential backoff with jitter, at least the server's Retry-After; when the endpoint stays down the call
    is recorded with its error and `LLMUnavailable` raised (the run stops cleanly, resumable). Any other
    `LLMError` is recorded and raised at once.
-4. Success: cost from the usage (estimated at ~4 characters a token, and flagged so, when the backend reports
-   none: command and queue) and the price table (None for an unpriced model: tokens still count), added to
-   the budget, recorded, returned. A truncated reply (finish_reason length / max_tokens) is returned as it
+4. Success: cost from the usage and the price table (None for an unpriced model: tokens still count), added
+   to the budget, recorded, returned. When the backend reports no usage (command, queue) the client counts the
+   text with its `ksearch.llm.tokens` counter (KSEARCH_TOKENIZER: a real tokenizer where one is installed,
+   else ~4 characters a token) and records which in `LLMCall.usage_counted_by` (``usage_estimated`` when it
+   was the estimate). A truncated reply (finish_reason length / max_tokens) is returned as it
    is, its finish_reason in the record says so (`is_truncated`); the proposer decides what to do. A reply
    longer than `reply_limit` characters is cut there and flagged the same way.
 
@@ -26,11 +28,13 @@ import random
 import time
 from collections.abc import Callable, Iterable
 
+from ksearch import config
 from ksearch.errors import ConfigError, LLMBudgetExhausted, LLMError, LLMUnavailable, TransientLLMError
 from ksearch.llm.backends import call_purpose
-from ksearch.llm.base import (TRUNCATED_REASONS, Backend, LLMCall, LLMReply, Message, Role,  # noqa: F401
+from ksearch.llm.base import (PROVIDER, TRUNCATED_REASONS, Backend, LLMCall, LLMReply, Message, Role,  # noqa: F401
                               Usage, is_truncated, prompt_hash)
 from ksearch.llm.prices import Prices
+from ksearch.llm.tokens import CHARS_PER_TOKEN, TokenCounter, count_usage, counter_for
 
 
 #: the longest reply kept, in characters per token asked for (a token is ~4 characters: 4x headroom), and at
@@ -43,12 +47,6 @@ MIN_REPLY_CHARS = 65_536
 def reply_limit(max_tokens: int) -> int:
     """Characters of a reply kept when ``max_tokens`` were asked for."""
     return max(MIN_REPLY_CHARS, REPLY_CHARS_PER_TOKEN * max_tokens)
-
-
-def estimate_usage(messages: list[Message], reply: str) -> Usage:
-    """Tokens estimated at ~4 characters each (at least 1 per side), for backends that report no usage."""
-    chars_in = sum(len(m.content) for m in messages)
-    return Usage(input_tokens=max(1, round(chars_in / 4)), output_tokens=max(1, round(len(reply) / 4)))
 
 
 class Budget:
@@ -114,7 +112,11 @@ class LLMClient:
     (1, 2, ...) is ``min(max_backoff_s, backoff_s * 2**(k-1))`` times a jitter factor in [0.5, 1) from ``rng``
     (a `random.Random`; seed it for reproducible waits), and at least the server's Retry-After. A Retry-After
     longer than ``max_retry_after_s`` (a quota, not a blip) ends the retries at once. ``timeout_s``: per
-    attempt; ``sleep`` / ``clock``: injectable for tests.
+    attempt; ``sleep`` / ``clock``: injectable for tests. ``tokenizer``: what counts the tokens of a call whose
+    backend reports none (None: the one KSEARCH_TOKENIZER names, `ksearch.llm.tokens.counter_for`).
+
+    Raises:
+        ConfigError: KSEARCH_TOKENIZER names no tokenizer that loads (at construction, not mid-run).
     """
 
     def __init__(self, backend: Backend, *, prices: Prices | None = None, budget: Budget | None = None,
@@ -122,8 +124,10 @@ class LLMClient:
                  replay: Callable[[str], LLMCall | None] | None = None, retries: int = 4, backoff_s: float = 1.0,
                  max_backoff_s: float = 30.0, timeout_s: float = 120.0, temperature: float = 0.2,
                  sleep: Callable[[float], object] = time.sleep, clock: Callable[[], float] = time.monotonic,
-                 rng: random.Random | None = None, max_retry_after_s: float = 300.0):
+                 rng: random.Random | None = None, max_retry_after_s: float = 300.0,
+                 tokenizer: TokenCounter | None = None):
         self.backend = backend
+        self.tokenizer = tokenizer if tokenizer is not None else counter_for(config.tokenizer_setting())
         self.prices = prices if prices is not None else Prices.load()
         self.budget = budget if budget is not None else Budget()
         self.record = record
@@ -202,10 +206,15 @@ class LLMClient:
             self._down(base, attempts, last, started)
 
         latency = reply.latency_s if reply.latency_s > 0 else max(0.0, self.clock() - t0)
-        estimated = reply.usage.total == 0
-        if estimated:  # command and queue backends report none: count ~4 characters a token, flagged
-            reply = reply.model_copy(update={"usage": estimate_usage(messages, reply.text)})
         limit = reply_limit(max_tokens)
+        counted_by = PROVIDER
+        if reply.usage.total == 0:  # command and queue backends report none: counted here, and said by what
+            usage = count_usage(self.tokenizer, messages, reply.text[:limit])
+            if len(reply.text) > limit:  # what is cut below is paid for too: estimated, not tokenized (bounded work)
+                usage = usage.model_copy(update={"output_tokens": usage.output_tokens + round(
+                    (len(reply.text) - limit) / CHARS_PER_TOKEN)})
+            reply = reply.model_copy(update={"usage": usage})
+            counted_by = self.tokenizer.name
         if len(reply.text) > limit:  # counted whole above, kept cut (and flagged as cut) from here on
             reply = reply.model_copy(update={"text": reply.text[:limit], "finish_reason": "length"})
         cost = self.prices.cost(model, reply.usage)
@@ -213,7 +222,7 @@ class LLMClient:
             cost = self.prices.cost(reply.model, reply.usage)
         self.budget.add(cost, reply.usage)
         self._record(LLMCall(**base, reply=reply.text, finish_reason=reply.finish_reason, usage=reply.usage,
-                             usage_estimated=estimated, latency_s=latency, cost_usd=cost, attempts=attempts))
+                             usage_counted_by=counted_by, latency_s=latency, cost_usd=cost, attempts=attempts))
         return reply.model_copy(update={"latency_s": latency})
 
     # -- helpers ----------------------------------------------------------------------------------------

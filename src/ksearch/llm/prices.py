@@ -1,5 +1,12 @@
-"""What a model's tokens cost: USD per million input / output tokens, from a built-in table (`prices.yaml`, with
-its sources and date) merged with an optional override file.
+"""What a model's tokens cost: USD per million input / output tokens, and cached input where the provider
+discounts it, from a built-in table (`prices.yaml`, with its sources and date) merged with an optional override
+file.
+
+A call's cost (`Price.cost`): its uncached input tokens at ``input``, the prompt tokens read from the
+provider's cache (`Usage.cache_read_tokens`) at ``cached_input``, those written to it
+(`Usage.cache_write_tokens`: Anthropic's cache writes) at ``cache_write``, and its output at ``output``. A
+price without ``cached_input`` or ``cache_write`` charges those tokens as input (the full rate: a cost limit
+errs on the safe side).
 
 Lookup: the exact model name, then the longest table entry that is a prefix of the name followed by a version
 suffix: ``-`` and a number of 3 or more digits (dates: ``gpt-4o-2024-08-06``, ``claude-sonnet-4-20250514``,
@@ -14,7 +21,10 @@ An override file has the built-in shape (or is a bare mapping of model to prices
 
     models:
       my-local-model: {input: 0, output: 0}
-      gpt-4o: {input: 2.0, output: 8.0, source: "our contract"}
+      gpt-4o: {input: 2.0, cached_input: 0.5, output: 8.0, source: "our contract"}
+      claude-sonnet-4-5: {input: 3.0, cached_input: 0.3, cache_write: 3.75, output: 15.0}
+
+An override entry replaces the built-in one whole: cache rates it leaves out are charged as input.
 """
 
 from __future__ import annotations
@@ -29,20 +39,30 @@ from ksearch.errors import ConfigError
 from ksearch.llm.base import Usage
 
 BUILTIN = Path(__file__).with_name("prices.yaml")
+#: a price's optional rates (USD per million tokens): cache reads, cache writes
+_CACHE_KEYS = ("cached_input", "cache_write")
 #: what may follow a table entry in a model name for the entry to price it (see the module docstring)
 _VERSION_SUFFIX = re.compile(r"(-(\d{3,}|latest|preview|exp)|[@:])")
 
 
 @dataclass(frozen=True)
 class Price:
-    """USD per million tokens. ``source``: where the numbers come from (a provider key or a note)."""
+    """USD per million tokens. ``cached_input_per_mtok``: prompt tokens read from the provider's cache;
+    ``cache_write_per_mtok``: prompt tokens written to it (None: charged as input). ``source``: where the numbers
+    come from (a provider key or a note)."""
 
     input_per_mtok: float
     output_per_mtok: float
     source: str = ""
+    cached_input_per_mtok: float | None = None
+    cache_write_per_mtok: float | None = None
 
     def cost(self, usage: Usage) -> float:
-        return (usage.input_tokens * self.input_per_mtok + usage.output_tokens * self.output_per_mtok) / 1e6
+        """USD of ``usage``: uncached input, cache reads, cache writes and output, each at its rate."""
+        read = self.input_per_mtok if self.cached_input_per_mtok is None else self.cached_input_per_mtok
+        write = self.input_per_mtok if self.cache_write_per_mtok is None else self.cache_write_per_mtok
+        return (usage.uncached_input_tokens * self.input_per_mtok + usage.cache_read_tokens * read
+                + usage.cache_write_tokens * write + usage.output_tokens * self.output_per_mtok) / 1e6
 
 
 def _parse(doc: object, origin: str) -> dict[str, Price]:
@@ -61,14 +81,27 @@ def _parse(doc: object, origin: str) -> dict[str, Price]:
         if not isinstance(entry, dict) or "input" not in entry or "output" not in entry:
             raise ConfigError(f"price table {origin}: model {name!r} needs `input` and `output` "
                               f"(USD per million tokens), got {entry!r}")
-        try:
-            inp, out = float(entry["input"]), float(entry["output"])
-        except (TypeError, ValueError):
-            raise ConfigError(f"price table {origin}: model {name!r}: prices must be numbers, got "
-                              f"input={entry['input']!r} output={entry['output']!r}") from None
-        if inp < 0 or out < 0:
-            raise ConfigError(f"price table {origin}: model {name!r}: prices must not be negative")
-        table[str(name)] = Price(inp, out, str(entry.get("source", origin)))
+        unknown = set(entry) - {"input", "output", *_CACHE_KEYS, "source"}
+        if unknown:
+            raise ConfigError(f"price table {origin}: model {name!r}: unknown key(s) {', '.join(sorted(unknown))} "
+                              f"(a price takes input, output, {', '.join(_CACHE_KEYS)} and source)")
+        rates: dict[str, float | None] = {}
+        for key in ("input", "output", *_CACHE_KEYS):
+            value = entry.get(key)
+            if value is None and key in _CACHE_KEYS:
+                rates[key] = None
+                continue
+            try:
+                rate = float(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"price table {origin}: model {name!r}: prices must be numbers (USD per million "
+                                  f"tokens), got {key}={value!r}") from None
+            if not rate >= 0 or rate == float("inf"):
+                raise ConfigError(f"price table {origin}: model {name!r}: prices must not be negative, got "
+                                  f"{key}={value!r}")
+            rates[key] = rate
+        table[str(name)] = Price(rates["input"] or 0.0, rates["output"] or 0.0, str(entry.get("source", origin)),
+                                 rates["cached_input"], rates["cache_write"])
     return table
 
 

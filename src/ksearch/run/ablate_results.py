@@ -79,7 +79,8 @@ class AblationRow(BaseModel):
     ``retime_status`` (the best kernel's status on the re-time's fresh inputs). From the store: ``evaluations``,
     ``best_score`` (its final best, in-run), ``evaluations_to_95`` (`evaluations_to_reach`), ``llm_calls`` (calls
     paid for: replayed ones not counted), ``input_tokens`` / ``output_tokens`` (``tokens_estimated``: some were
-    estimated from the text, `LLMCall.usage_estimated`), ``cost_usd`` (None: no call was priced).
+    estimated from the text, `LLMCall.usage_estimated`; ``cache_read_tokens`` / ``cache_write_tokens``: the part
+    of the input read from / written to the provider's prompt cache), ``cost_usd`` (None: no call was priced).
     """
 
     label: str
@@ -103,6 +104,8 @@ class AblationRow(BaseModel):
     replayed_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
     tokens_estimated: bool = False
     cost_usd: float | None = None
     cost_partial: bool = False  # some paid calls had no price
@@ -133,7 +136,9 @@ def row_from_store(label: str, run_id: str) -> tuple[AblationRow, Candidate | No
                       best_node_id=node.id if node is not None and best else None, best_score=best_score,
                       evaluations_to_95=evaluations_to_reach([score_of(e) for _, _, e in evals], best_score),
                       llm_calls=len(paid), replayed_calls=tot["replayed"], input_tokens=tot["input_tokens"],
-                      output_tokens=tot["output_tokens"], tokens_estimated=any(c.usage_estimated for c in paid),
+                      output_tokens=tot["output_tokens"], cache_read_tokens=tot["cache_read_tokens"],
+                      cache_write_tokens=tot["cache_write_tokens"],
+                      tokens_estimated=any(c.usage_estimated for c in paid),
                       cost_usd=tot["cost_usd"],
                       cost_partial=tot["cost_usd"] is not None and any(c.cost_usd is None for c in paid))
     return row, best
