@@ -514,3 +514,55 @@ def test_controller_runs_with_the_llm_proposer(tmp_path):
     assert planner.purposes() == ["plan:initial", "plan:refine", "plan:failure"]
     assert coder.purposes() == ["code:first", "code:first"]
     assert c.evaluations == 1
+
+
+# -- the cacheable prefix -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("context", ["none", "hardware", "full"])
+def test_the_system_prompts_are_byte_identical_across_a_runs_calls(context):
+    """issue 20: providers cache a prompt's prefix (Anthropic's cache_control on the system block, OpenAI's
+    automatic prefix cache), so the planner's system message must be the same bytes on every planner call of a run
+    and the coder's on every coder call, whatever the tree, the node or the prompt; a resumed run (a new proposer
+    with the same settings) sends the same bytes too."""
+    planner = FakeClient(
+        edits_json([family("a")]), edits_json([family("a"), family("b")]),                # plan:initial, asked again
+        "no array here", edits_json([{"op": "insert", "parent_id": "fam-rows", "id": "n1",  # plan:refine, a fix round
+                                      "action": {"title": "next", "description": "go"}}]),
+        edits_json([{"op": "update", "node_id": "exp-poly", "fields": {"rating": 2}},     # plan:failure
+                    {"op": "insert", "parent_id": "fam-rows", "action": {"title": "exp2f", "description": "libm"}}]),
+        edits_json([{"op": "insert", "parent_id": "fam-rows", "action": {"title": "fuse", "description": "x"}}]),
+    )
+    coder = FakeClient(*[code_reply()] * 3)
+    evidence = FakeEvidence({"candpoly00000000": Candidate(target="cpu", sources={"kernel.c": "/* poly */"})},
+                            {"candpoly00000000": failing_evaluation("candpoly00000000")})
+    p = LLMProposer(TASK, "cpu", fixed_cpu_spec(), planner=planner, coder=coder, planner_model="p", coder_model="c",
+                    context=context, evidence=evidence)
+    p.initial_edits(root_tree())
+    tree = small_tree()
+    p.refine(tree, "fam-rows", update_state(SearchState(), tree, "fam-rows", tree["fam-rows"].evaluation))
+    failed, state = failed_tree()
+    p.refine(failed, "exp-poly", state)
+    p.expand(failed, state)
+    p.propose(tree, "fam-lanes", None)                                                    # code:first
+    p.propose(tree, "tile", Candidate(target="cpu", sources={"kernel.c": "/* rows */\n"}))  # code:improve
+    retry = applied(failed, [{"op": "insert", "parent_id": "fam-rows", "id": "r", "payload": {"retry_of": "exp-poly"},
+                              "action": {"title": "retry", "description": "clamp"}}])
+    p.propose(retry, "r", Candidate(target="cpu", sources={"kernel.c": "/* rows */\n"}))  # code:debug
+    assert planner.purposes() == ["plan:initial"] * 2 + ["plan:refine"] * 2 + ["plan:failure", "plan:expand"]
+    assert coder.purposes() == ["code:first", "code:improve", "code:debug"]
+
+    def systems(client):
+        heads = [c["messages"][0] for c in client.calls]
+        assert all(m.role == "system" for m in heads)
+        assert all(m.role != "system" for c in client.calls for m in c["messages"][1:])  # the prefix is one block
+        return {m.content.encode() for m in heads}
+
+    plan_sys, code_sys = systems(planner), systems(coder)
+    assert len(plan_sys) == 1 and len(code_sys) == 1 and plan_sys != code_sys
+    again = FakeClient(edits_json([family("a"), family("b")]), code_reply())
+    q = LLMProposer(TASK, "cpu", fixed_cpu_spec(), planner=again, coder=again, planner_model="p", coder_model="c",
+                    context=context, evidence=evidence)
+    q.initial_edits(root_tree())
+    q.propose(tree, "fam-lanes", None)
+    assert [c["messages"][0].content.encode() for c in again.calls] == [*plan_sys, *code_sys]
