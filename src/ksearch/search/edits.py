@@ -8,15 +8,15 @@ Four records, each with an ``op`` tag so a planner's JSON list parses directly (
 - `Update` (op "update"): change planner-owned fields of one node: ``decision``, ``choice``,
   ``action``, ``rating``, ``confidence``, ``impacts``, ``payload`` and ``parent_id`` (a move).
   ``action`` and ``impacts`` may be given partially (merged into the current value); ``payload``
-  is replaced. A tried node (solved, regressed, failed) keeps its decision, choice, action and
-  parent: they are the history of what was measured; its rating, confidence, impacts and payload may
+  is replaced. A tried node (solved, regressed, failed), or one whose kernel is being judged
+  (`Tree.in_flight`), keeps its decision, choice, action and parent: they are the history of what was measured; its rating, confidence, impacts and payload may
   change. Controller-owned fields (``candidate_id``, ``evaluation``, ``status``, ``attempts``) and
   ``id`` are never editable.
 - `Split` (op "split"): replace one open node by two or more alternative open siblings (same
   parent). The node and its open subtree are dropped (kept for the record). To *refine* a node
   into sub-steps instead, insert children under it.
 - `Delete` (op "delete"): drop an open node and its subtree. Refused for the root and for any
-  subtree holding a tried node or an attached candidate.
+  subtree holding a tried node, an attached candidate or a node being judged.
 - `Retime` (op "retime"): ask for a tried node's kernel (solved or regressed, not the root) to be judged
   again (a fresh evaluation beside its parent and the best, counted in the budget); queued on
   ``Tree.retime``, done by the controller before the next action.
@@ -221,6 +221,8 @@ def _check_droppable(tree: Tree, node_id: str, verb: str) -> list[Node]:
         raise Rejected(f"node {node_id!r} is already dropped")
     sub = tree.subtree(node_id)
     for n in sub:
+        if n.id in tree.in_flight:
+            raise Rejected(f"cannot {verb} {node_id!r}: node {n.id!r} in its subtree is being judged")
         if n.candidate_id is not None or n.status not in (NodeStatus.OPEN, NodeStatus.DROPPED):
             raise Rejected(
                 f"cannot {verb} {node_id!r}: node {n.id!r} in its subtree is {n.status.value} "
@@ -259,6 +261,7 @@ def _apply_one(tree: Tree, edit: AnyEdit) -> tuple[Tree, str, tuple[str, ...]]:
         node = _node(tree, edit.node_id)
         if node.id not in {n.id for n in tree.frontier()}:
             why = (f"it is {node.status.value}" if node.status != NodeStatus.OPEN else
+                   "its kernel is being judged" if node.id in tree.in_flight else
                    f"its parent {node.parent_id!r} holds no passing kernel yet")
             raise Rejected(f"only an open node on the frontier can be chosen; {node.id!r} cannot be tried now: {why}")
         return tree.replace(chosen=node.id), f"chose {node.id!r} to try next", (node.id,)
@@ -302,10 +305,11 @@ def _update(tree: Tree, edit: Update) -> tuple[Tree, str, tuple[str, ...]]:
             raise Rejected(f"unknown field {key!r}; editable: {', '.join(sorted(PLANNER_FIELDS))}")
     if node.status == NodeStatus.DROPPED:
         raise Rejected(f"node {node.id!r} is dropped")
-    if node.status != NodeStatus.OPEN:
+    if node.status != NodeStatus.OPEN or node.id in tree.in_flight:
         frozen = sorted(HISTORY_FIELDS & set(edit.fields))
         if frozen:
-            raise Rejected(f"node {node.id!r} is {node.status.value}: its {', '.join(frozen)} are history")
+            what = "being judged" if node.status == NodeStatus.OPEN else node.status.value
+            raise Rejected(f"node {node.id!r} is {what}: its {', '.join(frozen)} are history")
     fields = dict(edit.fields)
     for key, cur in (("action", node.action), ("impacts", node.impacts)):
         if isinstance(fields.get(key), Mapping) and cur is not None:

@@ -204,7 +204,9 @@ def decide(tree: Tree, state: SearchState, cfg: StrategyConfig = DEFAULT) -> Dec
 
     Steps: take the frontier (`Tree.frontier`); leave out cooling actions (`cooling`); the node the
     planner named (`Tree.chosen`, an edit ``choose``) is taken when it is left; else keep
-    actions within the difficulty cap, unless none is, then relax the cap; when the active branch
+    actions within the difficulty cap, unless none is, then relax the cap; while other actions are being
+    judged (`Tree.in_flight`), keep the actions in branches with nothing in flight, else those answering
+    another decision than the ones in flight, if any (`_spread`); when the active branch
     has gone ``stagnation_window`` evaluations without improving the best, keep only actions
     outside it if any (backoff to the best competing branch: the one holding the best-scoring
     action); rank by score, then lower difficulty, then higher rating, then a seeded hash of the id.
@@ -232,6 +234,11 @@ def decide(tree: Tree, state: SearchState, cfg: StrategyConfig = DEFAULT) -> Dec
         ((score(n, tree, cfg), n) for n in capped),
         key=lambda sn: (-round(sn[0], 9), sn[1].difficulty, -sn[1].rating, _tiebreak(cfg.seed, sn[1].id)),
     )
+    if tree.in_flight:  # several evaluations at once: spread them over branches, not k near-copies
+        spread = _spread(ranked, tree)
+        if spread and spread[0][1].id != ranked[0][1].id:
+            notes.append(f"spread: {ranked[0][1].id} waits, its branch or decision is being judged")
+        ranked = spread or ranked
     chosen, backoff = ranked[0], False
     stale = state.active_branch
     k = state.branch_since_improvement
@@ -266,6 +273,17 @@ def decide(tree: Tree, state: SearchState, cfg: StrategyConfig = DEFAULT) -> Dec
         backoff=backoff,
         alternatives=((n.id, round(s, 6)), *others),
     )
+
+
+def _spread(ranked: list[tuple[float, Node]], tree: Tree) -> list[tuple[float, Node]]:
+    """The ranked actions that do not crowd the ones in flight: those in branches with nothing in flight; else
+    those whose parent has no child in flight (another decision, not a near-copy of one being judged); else
+    none (empty: the ranking stands)."""
+    busy = [tree[i] for i in tree.in_flight if i in tree]
+    branches = {tree.branch_of(n.id) for n in busy}
+    parents = {n.parent_id for n in busy}
+    return [sn for sn in ranked if tree.branch_of(sn[1].id) not in branches] or \
+        [sn for sn in ranked if sn[1].parent_id not in parents]
 
 
 def select(tree: Tree, state: SearchState, cfg: StrategyConfig = DEFAULT) -> str | None:

@@ -22,6 +22,10 @@ Node status, and what each one means:
   Recorded as a regression, never as progress (it never becomes the best node).
 - ``failed``: tried, no attempt passed. Terminal; the planner may insert an easier variant.
 - ``dropped``: removed by the planner (delete or split) before it was tried; kept for the record.
+
+A node whose kernel is being judged (a search with several evaluations in flight, `Tree.in_flight`) stays
+``open`` until its evaluation is attached, but is off the frontier, and edits treat it as tried: it cannot be
+deleted, split or moved, and its decision, choice and action are the ones its kernel was written for.
 """
 
 from __future__ import annotations
@@ -209,6 +213,8 @@ class Tree(Record):
         next_seq: counter for generated ids (``n<seq>``); only grows.
         retime: ids of tried nodes whose candidates are to be judged again (the planner's request).
         chosen: the open node the planner named to try next, or None (the strategy chooses).
+        in_flight: node id -> id of the candidate being judged for it (dispatched, not yet attached; a re-time
+            in flight names a tried node). A resumed run judges these candidates first.
 
     Raises:
         pydantic.ValidationError: on duplicate ids, a missing or second root, an unknown parent, a
@@ -221,6 +227,8 @@ class Tree(Record):
     retime: tuple[str, ...] = ()
     #: the open node the planner asked to try next (`ksearch.search.edits.Choose`); cleared when it is tried
     chosen: str | None = None
+    #: nodes whose candidates are being judged (node id -> candidate id), set by the controller
+    in_flight: dict[str, str] = Field(default_factory=dict)
     _index: dict[str, Node] = PrivateAttr(default_factory=dict)
     _children: dict[str, list[str]] = PrivateAttr(default_factory=dict)
 
@@ -253,6 +261,9 @@ class Tree(Record):
                 cur, steps = index[cur.parent_id], steps + 1
                 if steps > len(self.nodes):
                     raise ValueError(f"cycle through node {n.id!r}")
+        for nid in self.in_flight:
+            if nid not in index:
+                raise ValueError(f"node {nid!r} is in flight but not in the tree")
         self._index, self._children = index, children
         return self
 
@@ -322,11 +333,11 @@ class Tree(Record):
         must exist and be correct. A regressed parent counts: its candidate is correct, and a
         follow-up step may recover the loss (e.g. a layout change that makes vectorization
         possible); the strategy's path-quality term discounts it. Children of open, failed or
-        dropped nodes wait.
+        dropped nodes wait, and so do nodes whose kernels are being judged (`in_flight`).
         """
         out = []
         for n in self.nodes:
-            if n.status != NodeStatus.OPEN or n.parent_id is None:
+            if n.status != NodeStatus.OPEN or n.parent_id is None or n.id in self.in_flight:
                 continue
             parent = self._index[n.parent_id]
             if parent.id == ROOT_ID or parent.status in PASSING:
@@ -360,10 +371,10 @@ class Tree(Record):
 
     def replace(self, *nodes: Node, next_seq: int | None = None, **fields: Any) -> Tree:
         """A new tree with these nodes replacing same-id ones, new ids appended (validated); ``fields``: other
-        tree fields to set (retime, chosen), the rest kept."""
+        tree fields to set (retime, chosen, in_flight), the rest kept."""
         new = {n.id: n for n in nodes}
         kept = tuple(new.pop(n.id, n) for n in self.nodes)
-        keep = {"retime": self.retime, "chosen": self.chosen, **fields}
+        keep = {"retime": self.retime, "chosen": self.chosen, "in_flight": self.in_flight, **fields}
         return Tree(nodes=kept + tuple(new.values()), next_seq=next_seq or self.next_seq, **keep)
 
 

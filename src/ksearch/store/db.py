@@ -92,16 +92,24 @@ def _m004_retimes(db: sqlite3.Connection) -> None:
     db.execute("CREATE UNIQUE INDEX evaluations_candidate_round ON evaluations(candidate_id, round)")
 
 
+def _m005_faults(db: sqlite3.Connection) -> None:
+    """Infrastructure faults of a run with several workers: a host lost mid-evaluation (its candidate re-queued
+    once, then failed), so that a resumed run counts them too."""
+    db.execute("CREATE TABLE faults (seq INTEGER PRIMARY KEY AUTOINCREMENT, created_at TEXT NOT NULL, node_id TEXT, "
+               "candidate_id TEXT NOT NULL, worker TEXT NOT NULL, reason TEXT NOT NULL, outcome TEXT NOT NULL)")
+
+
 #: Schema migrations, applied in order and recorded by name in ``migrations``.
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("001_initial", _m001_initial),
     ("002_llm_calls", _m002_llm_calls),
     ("003_reports", _m003_reports),
     ("004_retimes", _m004_retimes),
+    ("005_faults", _m005_faults),
 ]
 
 #: the tables every migrated store has
-TABLES = ("runs", "candidates", "evaluations", "snapshots", "edits", "baselines", "llm_calls", "reports")
+TABLES = ("runs", "candidates", "evaluations", "snapshots", "edits", "baselines", "llm_calls", "reports", "faults")
 
 
 def _reads(method):
@@ -324,6 +332,27 @@ class Store:
             db.execute("UPDATE runs SET updated_at = ?", (_now(),))
         return seq
 
+    def record_dispatch(self, candidate: Candidate, tree_json: str, state_json: str,
+                        edits: list[tuple[str, str, bool, str]] = ()) -> None:
+        """A candidate sent to be judged: kept with the tree that marks it in flight (`Tree.in_flight`), atomically,
+        so that a run stopped before its evaluation comes back judges it on resume instead of writing another."""
+        with self.transaction() as db:
+            db.execute("INSERT OR IGNORE INTO candidates VALUES (?,?,?,?,?)",
+                       (candidate.id, _now(), candidate.node_id, candidate.parent_id, candidate.model_dump_json()))
+            self._snapshot(db, self.evaluation_count(), tree_json, state_json, None, edits)
+
+    def record_fault(self, node_id: str | None, candidate_id: str, worker: str, reason: str, outcome: str) -> None:
+        """An infrastructure fault: ``worker`` was lost judging ``candidate_id``; ``outcome``: requeued | failed."""
+        with self.transaction() as db:
+            db.execute("INSERT INTO faults (created_at, node_id, candidate_id, worker, reason, outcome) "
+                       "VALUES (?,?,?,?,?,?)", (_now(), node_id, candidate_id, worker, reason[:2000], outcome))
+
+    @_reads
+    def faults(self) -> list[dict]:
+        """The run's infrastructure faults in order: seq, created_at, node_id, candidate_id, worker, reason, outcome."""
+        keys = ("seq", "created_at", "node_id", "candidate_id", "worker", "reason", "outcome")
+        return [dict(zip(keys, row)) for row in self.db.execute(f"SELECT {', '.join(keys)} FROM faults ORDER BY seq")]
+
     def record_snapshot(self, tree_json: str, state_json: str, edits: list[tuple[str, str, bool, str]] = ()) -> None:
         """A tree change not tied to an evaluation (the initial tree, planner edits); seq 0 before any."""
         with self.transaction() as db:
@@ -331,7 +360,10 @@ class Store:
 
     @staticmethod
     def _snapshot(db, seq, tree_json, state_json, decision_json, edits) -> None:
-        db.execute("INSERT OR REPLACE INTO snapshots VALUES (?,?,?,?,?)",
+        # a later snapshot at the same seq (a tree change before the next evaluation) keeps the evaluation's decision
+        db.execute("INSERT INTO snapshots VALUES (?,?,?,?,?) ON CONFLICT(seq) DO UPDATE SET "
+                   "created_at = excluded.created_at, tree_json = excluded.tree_json, state_json = excluded.state_json, "
+                   "decision_json = COALESCE(excluded.decision_json, snapshots.decision_json)",
                    (seq, _now(), tree_json, state_json, decision_json))
         for source, edit_json, accepted, reason in edits:
             db.execute("INSERT INTO edits (created_at, snapshot_seq, source, edit_json, accepted, reason) "
