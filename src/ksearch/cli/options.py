@@ -73,3 +73,21 @@ def suffixes_help() -> str:
     from ksearch.targets.base import aliases
 
     return "; ".join(f"{'/'.join(get_target(n).source_suffixes)} for {n}" for n in target_names() if n not in aliases())
+
+
+#: help of ``--workers``, ``--executor`` and ``--ray-address`` (run; resume may change them)
+WORKERS_HELP = ("Evaluations at once, one worker each: on CPUs each worker owns a disjoint share of the cores, on "
+                "GPUs one GPU each; a candidate is timed beside its parent and the best on one worker "
+                "(docs/parallel.md).")
+EXECUTOR_HELP = "Where the workers run: local (processes of this machine) or ray (a Ray cluster; pip install ray)."
+RAY_ADDRESS_HELP = ("--executor ray: the cluster to join (auto: the one `ray start` runs here; ray://HOST:10001); "
+                    "default: start one on this machine for the run.")
+
+
+def executor_settings(workers: int, executor: str, ray_address: str) -> dict:
+    """The run's executor fields from command-line values; contradictions are refused (`refuse`)."""
+    if executor not in ("local", "ray"):
+        refuse(f"--executor must be local or ray, not {executor!r}")
+    if ray_address and executor != "ray":
+        refuse("--ray-address is for --executor ray")
+    return {"workers": workers, "executor": executor, "ray_address": ray_address or None}

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import typer
 from rich.markup import escape
 from rich.table import Table
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ksearch.cli.options import TIME_LIMIT_HELP, llm_settings, positive_seconds, refuse, targets_help
+from ksearch.cli.options import (EXECUTOR_HELP, RAY_ADDRESS_HELP, TIME_LIMIT_HELP, WORKERS_HELP, executor_settings,
+                                 llm_settings, positive_seconds, refuse, targets_help)
 from ksearch.errors import LLMBudgetExhausted, LLMError, LLMUnavailable
 from ksearch.llm.settings import infer_backend
 from ksearch.records import FinalReport
@@ -31,13 +33,38 @@ def _drive(session: Session, as_json: bool, time_limit_s: float | None = None) -
     """Run the search to its end with a progress bar, then print (or emit as JSON) the summary."""
     c = session.controller
     quiet = as_json
-    with Progress(TextColumn("[bold]{task.fields[phase]}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TextColumn("{task.fields[now]}"),
+    with Progress(TextColumn("[bold]{task.fields[phase]}"), BarColumn(), TextColumn("{task.fields[count]}"),
+                  TextColumn("{task.fields[best]}"), TimeElapsedColumn(), TextColumn("{task.fields[now]}"),
                   console=err, disable=quiet, transient=False) as bar:
-        job = bar.add_task("search", total=session.cfg.budget, phase="search", best="—", now="")
+        job = bar.add_task("search", total=session.cfg.budget, phase="search", best="best —", now="",
+                           count=f"0/{session.cfg.budget}")
+        rows: dict[str, object] = {}  # worker name -> its row (runs with several workers)
+        t0, first = time.monotonic(), c.evaluations
 
         def progress(msg: str) -> None:
             bar.update(job, now=escape(msg[:70]))  # progress names the planner's nodes: never markup
+
+        def counts() -> None:
+            done = c.evaluations
+            hours = (time.monotonic() - t0) / 3600
+            rate = f" · {(done - first) / hours:.0f} evals/h" if done > first and hours > 0 else ""
+            bar.update(job, completed=done, count=f"{done}/{session.cfg.budget}", best=f"best {_best(c)}{rate}")
+
+        def tick() -> None:  # one row per worker: its device, the node it judges and its judge's last line
+            ex = c._executor
+            if ex is None or ex.slots == 1:
+                return
+            for st in ex.states():
+                if st.name not in rows:
+                    rows[st.name] = bar.add_task(st.name, total=None, phase=f"  {st.name}", best=escape(st.device),
+                                                 now="", count="")
+                busy = st.job is not None
+                what = f"{st.job.node_id}: {st.stage.removeprefix(st.job.node_id + ': ')}" if busy else st.stage
+                bar.update(rows[st.name], total=None if busy else 1, completed=0 if busy else 1,
+                           now=escape(f"{what[:60]} ({time.monotonic() - st.since:.0f} s)"))
+            counts()
+
+        c.on_tick = tick
 
         session.progress = progress
         session.evaluator.progress = progress
@@ -47,7 +74,7 @@ def _drive(session: Session, as_json: bool, time_limit_s: float | None = None) -
                       f"proposer {session.cfg.proposer} · budget {session.cfg.budget} · seed {session.cfg.seed}")
 
         def on_step(r: StepReport) -> None:
-            bar.update(job, completed=c.evaluations, best=_best(c))
+            counts()
             if not quiet:
                 score = f"{r.score:.2f}x" if r.score else r.evaluation.status.value
                 note = "" if not r.reused else " (no kernel: nothing judged)" if not r.evaluation.candidate_id \
@@ -57,14 +84,20 @@ def _drive(session: Session, as_json: bool, time_limit_s: float | None = None) -
                 took = "" if r.reused or ev.wall_s is None else \
                     f" {ev.wall_s:5.1f}s" + (f" (load {ev.load_s:.1f}s)" if ev.load_s else "")
                 # labels are the planner's words (a model's, with the llm proposer): never markup
+                on = f" [dim]({r.worker})[/]" if r.worker and session.cfg.workers > 1 else ""
                 bar.console.print(f"  [{r.seq:>3}] {r.node_id:<5} {escape(f'{r.label[:26]:<26}')} "
                                   f"{r.node_status:<9} {score:>8}{note}{took}{_paired_note(ev, r.reused)}  "
-                                  f"[dim]{escape(why[:60])}[/]", highlight=False)
+                                  f"[dim]{escape(why[:60])}[/]{on}", highlight=False)
 
         try:  # Ctrl-C anywhere: the naive baseline, the search or the final measurements
             c.start()
-            bar.update(job, completed=c.evaluations, best=_best(c))
+            counts()
+            if not quiet and (session.cfg.workers > 1 or session.cfg.executor != "local"):
+                err.print(f"starting {session.cfg.workers} workers ({session.cfg.executor})")
             c.run(on_step, time_limit_s=time_limit_s)
+            c.close()  # the workers: the final stage runs in this process, on one device
+            for row in rows.values():
+                bar.remove_task(row)  # type: ignore[arg-type]
             bar.update(job, phase="final", now="measuring naive, best and reference side by side")
             summary = session.finish()
         except KeyboardInterrupt:
@@ -177,9 +210,13 @@ def run_command(
                                       callback=positive_seconds),
     prices: str = typer.Option("", help="llm proposer: a YAML price table over the built-in one "
                                         "(USD per million input/output tokens per model)."),
+    workers: int = typer.Option(1, min=1, help=WORKERS_HELP),
+    executor: str = typer.Option("local", help=EXECUTOR_HELP),
+    ray_address: str = typer.Option("", help=RAY_ADDRESS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the final summary as one JSON object."),
 ) -> None:
     """Search for a faster kernel for TASK, guided by the world model; resumable with `ksearch resume`."""
+    executor_settings(workers, executor, ray_address)
     names = [n.strip() for n in workloads.split(",") if n.strip()] or None
     llm = None
     implied = any((model, planner_model, coder_model, command, queue_dir)) or backend in ("command", "queue")
@@ -220,8 +257,8 @@ def run_command(
         if why:
             _checked_without_device(task, target, offline, names, why)
     cfg = RunConfig(task=task, target=target, budget=budget, seed=seed, proposer=proposer, timeout_s=timeout,
-                    workloads=names, llm=llm,
-                    strategy=StrategyConfig(seed=seed, stagnation_window=stagnation))
+                    workloads=names, llm=llm, strategy=StrategyConfig(seed=seed, stagnation_window=stagnation),
+                    **executor_settings(workers, executor, ray_address))
     with Session.create(cfg) as session:
         _drive(session, as_json, time_limit)
 
@@ -256,11 +293,19 @@ def resume_command(
     max_cost: float | None = typer.Option(None, min=0.0, help="llm proposer: the run's new cost limit (USD)."),
     max_tokens: int | None = typer.Option(None, min=1, help="llm proposer: the run's new token limit."),
     time_limit: float | None = typer.Option(None, "--time-limit", min=1.0, help=TIME_LIMIT_HELP),
+    workers: int | None = typer.Option(None, min=1, help="Change the run's workers (default: as it was started)."),
+    executor: str | None = typer.Option(None, help="Change the run's executor: local or ray."),
+    ray_address: str | None = typer.Option(None, help="Change the Ray cluster the run joins."),
     as_json: bool = typer.Option(False, "--json", help="Print the final summary as one JSON object."),
 ) -> None:
-    """Continue an interrupted (or stopped) run where its last committed evaluation left off."""
+    """Continue an interrupted (or stopped) run where its last committed evaluation left off; evaluations that
+    were in flight are judged first."""
     limits = {k: v for k, v in (("max_cost_usd", max_cost), ("max_tokens", max_tokens)) if v is not None}
-    with Session.resume(run, budget=budget, llm_limits=limits) as session:
+    placement = {k: v for k, v in (("workers", workers), ("executor", executor), ("ray_address", ray_address))
+                 if v is not None}
+    if placement:
+        executor_settings(workers or 1, executor or "local", ray_address or "")
+    with Session.resume(run, budget=budget, llm_limits=limits, placement=placement) as session:
         if not as_json:
             err.print(f"resuming {session.run_id} at {session.store.evaluation_count()} of {session.cfg.budget} "
                       "evaluations")

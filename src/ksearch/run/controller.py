@@ -8,13 +8,14 @@ run killed at any point loses at most the evaluation that was in flight and neve
 
 from __future__ import annotations
 
+import json
 import math
 import platform
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -28,7 +29,9 @@ from ksearch.llm.settings import LLMSettings
 from ksearch.proposers.base import Proposer
 from ksearch.search.edits import apply
 from ksearch.search.strategy import Decision, SearchState, StrategyConfig, decide, update_state
-from ksearch.search.worldmodel import ROOT_ID, EvalSummary, Tree, attach, retimed
+from ksearch.search.worldmodel import ROOT_ID, EvalSummary, NodeStatus, Tree, attach, retimed
+from ksearch.run.executor import Executor, InlineExecutor, Lost
+from ksearch.run.host import JobSpec, RefSpec, failed_evaluation
 from ksearch.store.db import Store
 
 if TYPE_CHECKING:
@@ -40,6 +43,8 @@ clock = time.monotonic
 
 #: consecutive steps without a new evaluation after which a run ends (see `Controller.run`)
 MAX_IDLE_STEPS = 25
+#: seconds the loop waits for an evaluation to end before it refreshes the progress display
+TICK_S = 0.5
 #: workers the judge starts ahead for the next step (the candidate, its parent, the best: `EvalConfig.spare_workers`)
 SPARE_WORKERS = 3
 
@@ -48,7 +53,8 @@ class RunConfig(BaseModel):
     """Everything that determines a run's decisions (saved with the run; resume reuses it as saved).
 
     ``budget``: evaluations of candidates (the naive baseline not counted); ``seed``: the strategy's tie
-    breaks and the correctness inputs' seeds; ``timeout_s``: per kernel call.
+    breaks and the correctness inputs' seeds; ``timeout_s``: per kernel call; ``workers``, ``executor``,
+    ``ray_address``: where and how many evaluations run at once (a resume may change them).
     """
 
     task: str
@@ -62,6 +68,12 @@ class RunConfig(BaseModel):
     timing: TimingPlan = Field(default_factory=TimingPlan)
     strategy: StrategyConfig = Field(default_factory=StrategyConfig)
     llm: LLMSettings | None = None  # the llm proposer's settings (None for patterns)
+    #: evaluations at once, one worker each (`ksearch.run.executor`): 1 judges in this process as before
+    workers: int = Field(default=1, ge=1)
+    #: where the workers run: local (processes of this machine) or ray (a Ray cluster)
+    executor: Literal["local", "ray"] = "local"
+    #: the Ray cluster to join (None: start one on this machine; "auto": the one `ray start` runs here)
+    ray_address: str | None = None
 
 
 def run_config(store: Store) -> RunConfig:
@@ -130,6 +142,10 @@ class StepReport:
     score: float | None
     node_status: str
     reused: bool
+    #: the worker that judged it (None: none did)
+    worker: str | None = None
+    #: an llm limit or endpoint failure met while refining after it (the run stops once what is in flight is in)
+    stop: LLMError | None = None
 
 
 class Controller:
@@ -139,12 +155,22 @@ class Controller:
         store: the run's store (created, with its run row, by `start`, or an existing one for `resume`).
         task: the loaded task; evaluator: its judge; proposer: who writes edits and kernels; cfg: RunConfig.
         progress: called with short status lines during evaluation.
+        make_executor: makes the executor from the naive kernel's evaluation (`ksearch.run.executor.make_executor`);
+            None: the inline executor on ``evaluator``, one evaluation at a time.
     """
 
     def __init__(self, store: Store, task: Task, evaluator: Evaluator, proposer: Proposer, cfg: RunConfig,
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None,
+                 make_executor: Callable[[Evaluation | None], Executor] | None = None):
         self.store, self.task, self.evaluator, self.proposer, self.cfg = store, task, evaluator, proposer, cfg
         self.progress = progress or (lambda msg: None)
+        #: called about every `TICK_S` while evaluations are in flight (the progress display's refresh)
+        self.on_tick: Callable[[], None] = lambda: None
+        self.make_executor = make_executor
+        self._executor: Executor | None = None
+        self._jobs: dict[str, JobSpec] = {}  # node id -> its job, sent to a worker and not yet back
+        self._decisions: dict[str, Decision] = {}  # node id -> the decision that sent it
+        self._avoid: dict[str, str] = {}  # node id -> the worker lost judging it (sent elsewhere when it can)
         self.time_limited = False  # the last run() stopped at its time limit, budget left
         self._hardware = getattr(evaluator, "hardware", None)
         self.tree: Tree = Tree.new()
@@ -225,39 +251,113 @@ class Controller:
         run()'s time limit: resumable) or ``exhausted`` (no action left, or a proposer repeating itself)."""
         return "finished" if self.done() else "time-limit" if self.time_limited else "exhausted"
 
+    @property
+    def executor(self) -> Executor:
+        """Where evaluations run, made on first use (`make_executor` with the naive kernel's evaluation; without
+        it, the inline executor on this controller's judge)."""
+        if self._executor is None:
+            if self.make_executor is not None:
+                self._executor = self.make_executor(self._stored_naive())
+            else:
+                self._executor = InlineExecutor(self.evaluator)
+        return self._executor
+
+    def close(self) -> None:
+        """Stop the executor's workers (evaluations still in flight stay in the store's tree: resume judges them)."""
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
+
     def run(self, on_step: Callable[[StepReport], None] | None = None, time_limit_s: float | None = None) -> None:
-        """Steps until the budget is spent, no action is left, `MAX_IDLE_STEPS` steps in a row judged nothing
+        """Evaluations until the budget is spent, no action is left, `MAX_IDLE_STEPS` steps in a row judged nothing
         new (a proposer that keeps writing kernels already judged: the budget counts judged kernels, so without
         this bound such a run would never end), or ``time_limit_s`` seconds (wall clock, from this call) have
-        passed: no new step starts after that, the one under way finishes. Ctrl-C propagates after the store is
-        safe."""
+        passed: no new evaluation starts after that, those under way finish.
+
+        With several workers, every free worker gets a job (a queued re-time, else the strategy's next action,
+        spread over branches: `ksearch.search.strategy.decide`), the proposer writes the next kernels while
+        others are judged, and results are committed one at a time as they arrive (each with its refinement, in
+        one transaction); the store records the order. An llm limit or an endpoint that stays down stops new
+        work; the evaluations in flight are still committed (without refinement), then the LLMError propagates.
+        Ctrl-C propagates after the store is safe (evaluations in flight are judged again on resume)."""
+        on_step = on_step or (lambda r: None)
         idle, self.time_limited = 0, False
         deadline = None if time_limit_s is None else clock() + time_limit_s
-        while not self.done():
-            if deadline is not None and clock() >= deadline:
-                self.progress(f"stopping: the time limit ({time_limit_s:g} s) is spent after "
-                              f"{self.evaluations} of {self.cfg.budget} evaluations")
-                self.time_limited = True
+        stop: LLMError | None = None
+        self._requeue()
+        while True:
+            while stop is None and self.executor.free() > 0 and self._left() > 0:
+                if deadline is not None and clock() >= deadline:
+                    if not self.time_limited:
+                        self.progress(f"stopping: the time limit ({time_limit_s:g} s) is spent after "
+                                      f"{self.evaluations} of {self.cfg.budget} evaluations")
+                        self.time_limited = True
+                    break
+                if idle >= MAX_IDLE_STEPS:
+                    break
+                try:
+                    started = self._start_one()
+                except LLMError as e:  # before anything was judged for this step
+                    stop = e
+                    break
+                if started is None:
+                    break
+                if isinstance(started, StepReport):  # ended at once: a kernel judged before, or none written
+                    on_step(started)
+                    idle = idle + 1 if started.reused else 0
+                    if idle >= MAX_IDLE_STEPS:
+                        self.progress(f"stopping: {idle} steps in a row produced kernels already judged")
+                    if started.stop is not None:
+                        stop = started.stop
+            if not self.executor.busy():
                 break
-            try:
-                report = self.step()
-            except LLMError as e:  # a stop during the refinement: the step's evaluation is saved, show it too
-                done = getattr(e, "step_report", None)
-                if done is not None and on_step:
-                    on_step(done)
-                raise
-            if report is None:
-                break
-            if on_step:
+            for report in self._collect(refine=stop is None):
                 on_step(report)
-            idle = idle + 1 if report.reused else 0
-            if idle >= MAX_IDLE_STEPS:
-                self.progress(f"stopping: {idle} steps in a row produced kernels already judged")
-                break
+                idle = idle + 1 if report.reused else 0
+                if report.stop is not None and stop is None:
+                    stop = report.stop
+                    stop.step_report = report  # type: ignore[attr-defined]
+            self.on_tick()
+        if stop is not None:
+            raise stop
+
+    def step(self) -> StepReport | None:
+        """One decision, one evaluation, one atomic write, on the executor's first free worker and waiting for its
+        result. None when nothing is left to try.
+
+        Raises the llm proposer's LLMBudgetExhausted / LLMUnavailable (the run stops; resumable): after the
+        step's evaluation is saved when they come from the refinement, before anything is judged otherwise.
+
+        A re-time the planner asked for (`Tree.retime`) is done first: one evaluation of that node's kernel beside
+        its parent and the best, counted in the budget like any other."""
+        self._requeue()
+        if not self.executor.busy():
+            started = self._start_one()
+            if started is None:
+                return None
+            if isinstance(started, StepReport):
+                return self._raise_stop(started)
+        reports: list[StepReport] = []
+        while not reports:
+            reports = self._collect()
+        return self._raise_stop(reports[0])
+
+    @staticmethod
+    def _raise_stop(report: StepReport) -> StepReport:
+        if report.stop is not None:
+            report.stop.step_report = report  # type: ignore[attr-defined]
+            raise report.stop
+        return report
+
+    def _left(self) -> int:
+        """Evaluations that may still start: the budget less those committed and those in flight (sent, waiting to
+        be sent again after a lost worker, or to be judged after a resume; a kernel in flight for several nodes
+        counts once)."""
+        return self.cfg.budget - self.evaluations - len(set(self.tree.in_flight.values()))
 
     def _decide(self) -> Decision | None:
         decision = decide(self.tree, self.state, self.cfg.strategy)
-        if decision is None:
+        if decision is None and not self.tree.in_flight:  # with results still to come, wait for them first
             edits = self.proposer.expand(self.tree, self.state)
             if edits:
                 self.tree, log = self._apply(self.tree, edits, "proposer:expand")
@@ -265,18 +365,17 @@ class Controller:
                 decision = decide(self.tree, self.state, self.cfg.strategy)
         return decision
 
-    def step(self) -> StepReport | None:
-        """One decision, one evaluation, one atomic write. None when nothing is left to try.
-
-        Raises the llm proposer's LLMBudgetExhausted / LLMUnavailable (the run stops; resumable): after the
-        step's evaluation is saved when they come from the refinement, before anything is judged otherwise.
-
-        A re-time the planner asked for (`Tree.retime`) is done first: one evaluation of that node's kernel beside
-        its parent and the best, counted in the budget like any other."""
-        while self.tree.retime:
-            report = self._retime(self.tree.retime[0])
-            if report is not None:
-                return report
+    def _start_one(self) -> StepReport | JobSpec | None:
+        """Start the next evaluation: a queued re-time first, else the strategy's next action with the proposer's
+        kernel. Returns the job sent (or parked behind the same kernel in flight), a StepReport when the step ended
+        at once (the kernel was judged before, or the proposer wrote none), None when nothing can start now.
+        Raises LLMError from the proposer (nothing judged)."""
+        for node_id in list(self.tree.retime):
+            if node_id in self.tree.in_flight:
+                continue
+            started = self._start_retime(node_id)
+            if started is not None:
+                return started
         decision = self._decide()
         if decision is None:
             return None
@@ -286,48 +385,23 @@ class Controller:
         try:
             candidate = self.proposer.propose(self.tree, node_id, parent_cand)
         except KnowledgeError as e:  # nothing to judge: the node fails, the run goes on
-            candidate = None
             evaluation = Evaluation(candidate_id="", task=self.task.name, target=self.cfg.target,
                                     status=Status.COMPILE_ERROR, message=f"proposer could not write a kernel: {e}")
-            reused = True
-        if candidate is not None:
-            candidate = candidate.model_copy(update={"node_id": node_id,
-                                                     "parent_id": parent_cand.id if parent_cand else None})
-            self.progress(f"{node_id} {node.label}: judging candidate {candidate.id}")
-            previous = self.store.evaluation_of(candidate.id)
-            if previous is not None:  # identical kernel already judged in this run: reuse, don't re-run
-                evaluation, reused = previous, True
-            else:
-                evaluation = self.evaluator.evaluate(candidate, self.cfg.workloads, self.timing,
-                                                     references=self.references_for(node.parent_id))
-                reused = False
-                self._keep_hardware()
-        summary = summarize(evaluation)
-        tree = attach(self.tree, node_id, candidate.id if candidate else None, summary)
-        state = update_state(self.state, tree, node_id, summary)
-        stop: LLMError | None = None
-        try:
-            refinement = self.proposer.refine(tree, node_id, state, None if reused else evaluation)
-        except LLMError as e:  # out of budget, or the endpoint is down: keep the measurement, then stop
-            refinement, stop = [], e
-        tree, log = self._apply(tree, refinement, "proposer:refine")
-        if reused:
-            # no new evaluation row (the budget counts judged kernels); the tree change is still saved
-            self.store.record_snapshot(tree.model_dump_json(), state.model_dump_json(), log)
-            seq = self.evaluations
-        else:
-            seq = self.store.record_step(candidate, evaluation, summary.score, tree.model_dump_json(),
-                                         state.model_dump_json(), decision.model_dump_json(), log)
-        self.tree, self.state = tree, state
-        report = StepReport(seq, node_id, node.label, decision, evaluation, summary.score,
-                            tree[node_id].status.value, reused)
-        if stop is not None:
-            stop.step_report = report  # what `run` hands to on_step before the stop goes on
-            raise stop
-        return report
+            return self._commit(node_id, None, evaluation, decision, reused=True)
+        candidate = candidate.model_copy(update={"node_id": node_id,
+                                                 "parent_id": parent_cand.id if parent_cand else None})
+        previous = self.store.evaluation_of(candidate.id)
+        if previous is not None:  # identical kernel already judged in this run: reuse, don't re-run
+            self.progress(f"{node_id} {node.label}: candidate {candidate.id} was judged before")
+            return self._commit(node_id, candidate, previous, decision, reused=True)
+        job = JobSpec(key=f"{node_id}:{candidate.id}", node_id=node_id, candidate=candidate,
+                      workloads=self.cfg.workloads, timing=self.timing,
+                      references=[RefSpec.of(r) for r in self.references_for(node.parent_id)])
+        return self._send(job, decision)
 
-    def _retime(self, node_id: str) -> StepReport | None:
-        """Judge the kernel of ``node_id`` again (see `step`); None when it cannot be (the request is dropped)."""
+    def _start_retime(self, node_id: str) -> JobSpec | None:
+        """Send the kernel of ``node_id`` to be judged again (see `step`); None when it cannot be (the request is
+        dropped)."""
         node = self.tree[node_id] if node_id in self.tree else None
         cand = self.store.candidate(node.candidate_id) if node is not None and node.candidate_id else None
         if node is None or cand is None:
@@ -337,39 +411,147 @@ class Controller:
             return None
         decision = Decision(node_id=node_id, reason=f"re-time {node_id} {node.label!r}: the planner asked",
                             score=0.0, alternatives=((node_id, 0.0),))
-        self.progress(f"{node_id} {node.label}: re-timing candidate {cand.id} (the planner asked)")
         refs = [r for r in self.references_for(node.parent_id) if r.candidate.id != cand.id]  # not beside itself
-        evaluation = self.evaluator.evaluate(cand, self.cfg.workloads, self.timing, references=refs)
-        self._keep_hardware()
+        job = JobSpec(key=f"{node_id}:{cand.id}:retime", node_id=node_id, candidate=cand,
+                      workloads=self.cfg.workloads, timing=self.timing, references=[RefSpec.of(r) for r in refs],
+                      retime=True)
+        return self._send(job, decision)
+
+    def _send(self, job: JobSpec, decision: Decision, avoid: str | None = None, record: bool = True) -> JobSpec:
+        """Mark ``job``'s node in flight, save that with its candidate, and hand the job to a free worker; a job
+        whose kernel is already in flight for another node waits for that evaluation (parked, not sent)."""
+        node = self.tree[job.node_id]
+        verb = "re-timing" if job.retime else "judging"
+        parked = not job.retime and job.candidate.id in {j.candidate.id for j in self._jobs.values()}
+        self._decisions[job.node_id] = decision
+        if record:
+            self.tree = self.tree.replace(in_flight={**self.tree.in_flight, job.node_id: job.candidate.id})
+            log = [("controller", json.dumps({"dispatch": job.node_id, "candidate": job.candidate.id,
+                                              "retime": job.retime, "parked": parked}), True, "")]
+            self.store.record_dispatch(job.candidate, self.tree.model_dump_json(), self.state.model_dump_json(), log)
+        if parked:
+            self.progress(f"{job.node_id} {node.label}: candidate {job.candidate.id} is being judged for another "
+                          "node; waiting for it")
+            return job
+        self._jobs[job.node_id] = job
+        worker = self.executor.submit(job, avoid=avoid)
+        self.progress(f"{job.node_id} {node.label}: {verb} candidate {job.candidate.id}"
+                      + ("" if self.executor.slots == 1 else f" on {worker}"))
+        return job
+
+    def _requeue(self) -> None:
+        """Jobs for the nodes the stored tree has in flight and no worker runs (a run stopped or killed with
+        evaluations in flight, or a lost worker's job): sent again, first come first; each candidate judged once."""
+        for node_id, cand_id in list(self.tree.in_flight.items()):
+            if node_id in self._jobs or not self.executor.free():
+                continue
+            if any(j.candidate.id == cand_id for j in self._jobs.values()):
+                continue  # parked behind the same kernel in flight
+            avoid = self._avoid.get(node_id)
+            if avoid is not None and self.executor.busy() and not self.executor.free(avoid):
+                continue  # lost on ``avoid``: wait for another worker while others are still judging
+            node = self.tree[node_id]
+            cand = self.store.candidate(cand_id)
+            if cand is None or node_id not in self.tree:
+                raise StoreError(f"{self.store.path}: node {node_id} is in flight with candidate {cand_id}, "
+                                 "which the store does not hold")
+            retime = node.status is not NodeStatus.OPEN
+            refs = [r for r in self.references_for(node.parent_id) if r.candidate.id != cand.id]
+            job = JobSpec(key=f"{node_id}:{cand.id}" + (":retime" if retime else ""), node_id=node_id,
+                          candidate=cand, workloads=self.cfg.workloads, timing=self.timing,
+                          references=[RefSpec.of(r) for r in refs], retime=retime)
+            decision = self._decisions.get(node_id) or Decision(
+                node_id=node_id, reason=f"in flight when the run stopped; judged after it resumed ({node.label!r})",
+                score=0.0, alternatives=((node_id, 0.0),))
+            self._avoid.pop(node_id, None)
+            self._send(job, decision, avoid=avoid, record=False)
+
+    def _collect(self, refine: bool = True) -> list[StepReport]:
+        """Wait (up to `TICK_S`) for evaluations to end and commit each, in the order they arrive; a lost worker's
+        job is sent again once (then failed), an infrastructure fault recorded either way."""
+        reports: list[StepReport] = []
+        for event in self.executor.wait(TICK_S):
+            job = event.job
+            self._jobs.pop(job.node_id, None)
+            if isinstance(event, Lost):
+                reports += self._lost(event, refine)
+                continue
+            self._keep_hardware(event.result.hardware)
+            reports.append(self._commit(job.node_id, job.candidate, event.result.evaluation,
+                                        self._decisions.pop(job.node_id, None), reused=False, retime=job.retime,
+                                        refine=refine, worker=event.worker))
+            for other, cand_id in list(self.tree.in_flight.items()):  # nodes parked behind this kernel
+                if cand_id == job.candidate.id and other not in self._jobs and not job.retime:
+                    reports.append(self._commit(other, job.candidate.model_copy(update={"node_id": other}),
+                                                event.result.evaluation, self._decisions.pop(other, None),
+                                                reused=True, refine=refine))
+        self._requeue()
+        return reports
+
+    def _lost(self, event: Lost, refine: bool) -> list[StepReport]:
+        job = event.job
+        losses = 1 + sum(1 for f in self.store.faults() if f["candidate_id"] == job.candidate.id)
+        if losses < 2:
+            self.store.record_fault(job.node_id, job.candidate.id, event.worker, event.reason, "requeued")
+            self.progress(f"{job.node_id}: worker {event.worker} lost ({event.reason[:80]}); judging "
+                          f"{job.candidate.id} again on another worker")
+            self._avoid[job.node_id] = event.worker  # `_requeue` sends it again, elsewhere when it can
+            return []
+        self.store.record_fault(job.node_id, job.candidate.id, event.worker, event.reason, "failed")
+        self.progress(f"{job.node_id}: worker {event.worker} lost again; {job.candidate.id} fails unjudged")
+        ev = failed_evaluation(job, self.task.name, self.cfg.target, event.reason[:300])
+        return [self._commit(job.node_id, job.candidate, ev, self._decisions.pop(job.node_id, None),
+                             reused=False, retime=job.retime, refine=refine, worker=event.worker)]
+
+    def _commit(self, node_id: str, candidate: Candidate | None, evaluation: Evaluation, decision: Decision | None,
+                *, reused: bool, retime: bool = False, refine: bool = True, worker: str | None = None) -> StepReport:
+        """Attach an evaluation to its node, update the strategy state, ask the proposer to refine the tree, and
+        write it all in one transaction (no evaluation row when ``reused``: the budget counts judged kernels)."""
+        decision = decision or Decision(node_id=node_id, reason="resumed", score=0.0, alternatives=((node_id, 0.0),))
+        node = self.tree[node_id]
+        in_flight = {k: v for k, v in self.tree.in_flight.items() if k != node_id}
         summary = summarize(evaluation)
-        tree = retimed(self.tree, node_id, cand.id, summary)
-        state = update_state(self.state, tree, node_id, tree[node_id].evaluation)
+        if retime:
+            assert candidate is not None
+            tree = retimed(self.tree.replace(in_flight=in_flight), node_id, candidate.id, summary)
+            state = update_state(self.state, tree, node_id, tree[node_id].evaluation)  # type: ignore[arg-type]
+        else:
+            tree = attach(self.tree.replace(in_flight=in_flight), node_id, candidate.id if candidate else None,
+                          summary)
+            state = update_state(self.state, tree, node_id, summary)
         stop: LLMError | None = None
-        try:
-            refinement = self.proposer.refine(tree, node_id, state, evaluation)
-        except LLMError as e:
-            refinement, stop = [], e
+        refinement: list = []
+        if refine:
+            try:
+                refinement = self.proposer.refine(tree, node_id, state, None if reused else evaluation)
+            except LLMError as e:  # out of budget, or the endpoint is down: keep the measurement, then stop
+                stop = e
         tree, log = self._apply(tree, refinement, "proposer:refine")
-        seq = self.store.record_step(cand, evaluation, summary.score, tree.model_dump_json(), state.model_dump_json(),
-                                     decision.model_dump_json(), log, retime=True)
+        if reused or candidate is None:
+            self.store.record_snapshot(tree.model_dump_json(), state.model_dump_json(), log)
+            seq = self.evaluations
+        else:
+            seq = self.store.record_step(candidate, evaluation, summary.score, tree.model_dump_json(),
+                                         state.model_dump_json(), decision.model_dump_json(), log, retime=retime)
         self.tree, self.state = tree, state
-        report = StepReport(seq, node_id, node.label, decision, evaluation, summary.score,
-                            tree[node_id].status.value, False)
-        if stop is not None:
-            stop.step_report = report
-            raise stop
-        return report
+        return StepReport(seq, node_id, node.label, decision, evaluation, summary.score, tree[node_id].status.value,
+                          reused, worker=worker, stop=stop)
 
     # -- helpers ------------------------------------------------------------------------------------
 
-    def _keep_hardware(self) -> None:
-        """The judge re-probes a ceiling before it rejects a time below the floor: keep the corrected spec in the run
-        (resume uses the stored one) and hand it to the proposer (its prompts quote the ceilings)."""
-        hw = getattr(self.evaluator, "hardware", None)
-        if hw is None or hw is self._hardware:
+    def _keep_hardware(self, spec: dict | None) -> None:
+        """A judge re-probes a ceiling before it rejects a time below the floor: keep the corrected spec (``spec``,
+        as JSON; None: unchanged) in the run (resume uses the stored one), in this controller's judge and in the
+        proposer (its prompts quote the ceilings)."""
+        if spec is None:
             return
+        from ksearch.hardware.spec import HardwareSpec
+
+        hw = HardwareSpec.model_validate(spec)
         self._hardware = hw
-        self.store.set_hardware(hw.model_dump(mode="json"))
+        if hasattr(self.evaluator, "hardware"):
+            self.evaluator.hardware = hw
+        self.store.set_hardware(spec)
         if hasattr(self.proposer, "hardware"):
             self.proposer.hardware = hw
 

@@ -23,6 +23,7 @@ from ksearch.records import (Candidate, Evaluation, FinalMeasurements, FinalRepo
 from ksearch.eval.timing import Reference
 from ksearch.proposers.base import get_proposer
 from ksearch.run.controller import Controller, RunConfig, environment, run_config
+from ksearch.run.executor import make_executor
 from ksearch.store.db import Store
 from ksearch.store.runs import new_run_id, open_run, run_dir
 from ksearch.targets import get_target
@@ -79,7 +80,9 @@ class Session:
                                        self.progress)
             self.proposer = get_proposer(cfg.proposer, self.task, cfg.target, self.hardware, cfg.llm, store,
                                          cfg.strategy, cfg.workloads)
-            self.controller = Controller(store, self.task, self.evaluator, self.proposer, cfg, self.progress)
+            self.controller = Controller(store, self.task, self.evaluator, self.proposer, cfg, self.progress,
+                                         make_executor=lambda naive: make_executor(cfg, self.evaluator, naive,
+                                                                                   lambda m: self.progress(m)))
             self.run_id = self.dir.name
         except BaseException:
             self._lock.close()
@@ -108,9 +111,10 @@ class Session:
 
     @classmethod
     def resume(cls, run: str, progress: Progress | None = None, budget: int | None = None,
-               llm_limits: dict | None = None) -> "Session":
+               llm_limits: dict | None = None, placement: dict | None = None) -> "Session":
         """Reopen a run; ``budget`` raises its budget, ``llm_limits`` (max_cost_usd, max_tokens) the llm
-        proposer's limits (saved only once this process holds the run's lock)."""
+        proposer's limits, ``placement`` (workers, executor, ray_address) where its evaluations run (saved only
+        once this process holds the run's lock)."""
         store = open_run(run)
         try:
             lock = _lock(store.path.parent)
@@ -131,6 +135,9 @@ class Session:
                                       "--max-cost and --max-tokens do not apply")
                 cfg = cfg.model_copy(update={"llm": cfg.llm.model_copy(update=llm_limits)})
                 store.set_config(cfg.model_dump(mode="json"))
+            if placement:
+                cfg = cfg.model_copy(update=placement)
+                store.set_config(cfg.model_dump(mode="json"))
             session = cls(store, cfg, progress, lock)
             store.set_status("running")
             return session
@@ -140,6 +147,7 @@ class Session:
             raise
 
     def close(self) -> None:
+        self.controller.close()  # the executor's workers
         self.evaluator.close()  # its spare workers and input files
         self._lock.close()
         self.store.close()
