@@ -306,3 +306,17 @@ def test_translation_section_stays_within_its_budget(target):
     text = ctx.render("_translation.j2", translation=view, target=target)
     assert len(text) < ctx.TRANSLATION_CHARS * 1.2
     assert view["assertions"], "assertions are never dropped for length"
+
+
+def test_a_node_whose_kernel_is_in_flight_reads_being_judged_in_every_tree_view():
+    from ksearch.proposers.llm.context import compact_tree, node_line
+    from ksearch.search.edits import Insert, apply
+    from ksearch.search.worldmodel import ROOT_ID, Action, EvalSummary, Tree, attach
+
+    tree = attach(Tree.new(), ROOT_ID, "naive", EvalSummary(status="PASSED", score=1.0))
+    tree, _ = apply(tree, [Insert(parent_id=ROOT_ID, id="a", action=Action(title="a")),
+                           Insert(parent_id=ROOT_ID, id="b", action=Action(title="b"))])
+    tree = tree.replace(in_flight={"a": "k1"})
+    lines = {ln["id"]: ln["status"] for ln in compact_tree(tree)["lines"]}
+    assert lines["a"] == "being judged" and lines["b"] == "open"
+    assert node_line(tree, tree["a"])["status"] == "being judged"

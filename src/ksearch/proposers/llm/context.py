@@ -453,6 +453,11 @@ def paired_words(ev) -> str:
     return ("; timed " + "; ".join(parts)) if parts else ""
 
 
+def status_word(tree: Tree, node: Node) -> str:
+    """A node's status as prompts show it: ``being judged`` for an open node whose kernel is in flight."""
+    return "being judged" if node.status == NodeStatus.OPEN and node.id in tree.in_flight else node.status.value
+
+
 def node_line(tree: Tree, node: Node) -> dict[str, Any]:
     """One node as a dict of short strings (what tree views list)."""
     a = node.action
@@ -468,7 +473,7 @@ def node_line(tree: Tree, node: Node) -> dict[str, Any]:
     return {
         "id": node.id,
         "parent": node.parent_id or "",
-        "status": node.status.value,
+        "status": status_word(tree, node),
         "decision": node.decision,
         "choice": node.choice,
         "title": a.title if a else node.label,
@@ -648,7 +653,7 @@ def compact_tree(tree: Tree, limit: int = TREE_LINES) -> dict[str, Any]:
                 if ev.passed and ev.round:
                     measured += f" (re-timed; before {_g(ev.previous_score)}x)"
             title = node.label if node.id != ROOT_ID else "the naive kernel"
-            lines.append({"indent": "  " * depth, "id": node.id, "status": node.status.value,
+            lines.append({"indent": "  " * depth, "id": node.id, "status": status_word(tree, node),
                           "title": _short(title if node.id == ROOT_ID or not node.action else
                                           (f"{node.choice}: " if node.choice else "") + node.action.title, 90),
                           "rating": _g(node.rating), "confidence": _g(node.confidence), "measured": measured})
