@@ -35,7 +35,7 @@ def _drive(session: Session, as_json: bool, time_limit_s: float | None = None) -
     quiet = as_json
     with Progress(TextColumn("[bold]{task.fields[phase]}"), BarColumn(), TextColumn("{task.fields[count]}"),
                   TextColumn("{task.fields[best]}"), TimeElapsedColumn(), TextColumn("{task.fields[now]}"),
-                  console=err, disable=quiet, transient=False) as bar:
+                  console=err, disable=quiet, transient=False, refresh_per_second=4) as bar:
         job = bar.add_task("search", total=session.cfg.budget, phase="search", best="best —", now="",
                            count=f"0/{session.cfg.budget}")
         rows: dict[str, object] = {}  # worker name -> its row (runs with several workers)

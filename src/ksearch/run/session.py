@@ -76,8 +76,10 @@ class Session:
             self.hardware = spec_for_run(cfg.target, stored)
             if stored is not None and self.hardware.model_dump(mode="json") != stored:
                 store.set_hardware(self.hardware.model_dump(mode="json"))
-            self.evaluator = Evaluator(self.task, cfg.target, self.hardware, Controller.eval_config(cfg),
-                                       self.progress)
+            ecfg = Controller.eval_config(cfg)
+            if cfg.workers > 1 or cfg.executor != "local":  # the hosts judge; this judge only does the naive kernel
+                ecfg.spare_workers = 0  # and the final stage: no workers started ahead to compete with the hosts
+            self.evaluator = Evaluator(self.task, cfg.target, self.hardware, ecfg, self.progress)
             self.proposer = get_proposer(cfg.proposer, self.task, cfg.target, self.hardware, cfg.llm, store,
                                          cfg.strategy, cfg.workloads)
             self.controller = Controller(store, self.task, self.evaluator, self.proposer, cfg, self.progress,
