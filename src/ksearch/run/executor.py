@@ -28,7 +28,7 @@ from multiprocessing.connection import wait as wait_any
 from typing import TYPE_CHECKING, Protocol
 
 from ksearch.errors import ConfigError, SearchError
-from ksearch.run.host import HostSetup, JobResult, JobSpec, device_text
+from ksearch.run.host import HostSetup, JobResult, JobSpec, device_text, judge
 
 if TYPE_CHECKING:
     from ksearch.eval.evaluator import Evaluator
@@ -127,14 +127,12 @@ class InlineExecutor:
         job, self._job = self._job, None
         if job is None:
             return []
-        before = getattr(self.evaluator, "hardware", None)
-        ev = self.evaluator.evaluate(job.candidate, job.workloads, job.timing,
-                                     references=[r.reference() for r in job.references])
-        hw = getattr(self.evaluator, "hardware", None)
-        changed = hw.model_dump(mode="json") if hw is not None and hw is not before else None
-        self._state.job, self._state.done = None, self._state.done + 1
-        return [Completed(job, JobResult(key=job.key, evaluation=ev, host=self._state.name, hardware=changed),
-                          self._state.name)]
+        try:
+            result = judge(self.evaluator, job, self._state.name)
+        finally:
+            self._state.job = None
+        self._state.done += 1
+        return [Completed(job, result, self._state.name)]
 
     def states(self) -> list[WorkerState]:
         return [self._state]

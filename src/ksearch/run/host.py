@@ -84,6 +84,18 @@ class JobResult(BaseModel):
     hardware: dict | None = None
 
 
+def judge(evaluator, job: JobSpec, host: str) -> JobResult:
+    """``job`` judged by ``evaluator`` (an `Evaluator`, or anything with its ``evaluate`` and ``hardware``): a bad
+    kernel is the Evaluation's status, never an exception. The result carries the judge's hardware spec when the
+    evaluation changed it (a ceiling measured again before a time below the roofline floor was held against it)."""
+    before = getattr(evaluator, "hardware", None)
+    ev = evaluator.evaluate(job.candidate, job.workloads, job.timing,
+                            references=[r.reference() for r in job.references])
+    hw = getattr(evaluator, "hardware", None)
+    changed = hw.model_dump(mode="json") if hw is not None and hw is not before else None
+    return JobResult(key=job.key, evaluation=ev, host=host, hardware=changed)
+
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -161,18 +173,13 @@ class Host:
         self._progress(msg)
 
     def evaluate(self, job: JobSpec) -> JobResult:
-        """Judge one job. A bad kernel is the Evaluation's status, never an exception; an exception here is the
-        host's own failure (the executor records it as an infrastructure fault)."""
-        before = self.evaluator.hardware
+        """Judge one job (`judge`); an exception here is the host's own failure (the executor records it as an
+        infrastructure fault)."""
         self._stage(f"{job.node_id}: judging {job.candidate.id}")
         try:
-            ev = self.evaluator.evaluate(job.candidate, job.workloads, job.timing,
-                                         references=[r.reference() for r in job.references])
+            return judge(self.evaluator, job, self.name)
         finally:
             self.stage = "idle"
-        hw = self.evaluator.hardware
-        changed = hw.model_dump(mode="json") if hw is not None and hw is not before else None
-        return JobResult(key=job.key, evaluation=ev, host=self.name, hardware=changed)
 
     def close(self) -> None:
         self.evaluator.close()
