@@ -25,7 +25,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BEST = HERE / "results" / "gpu-selective-scan-search-h200-20261130-best-candidate.json"
-WORKLOADS = "tiny,odd,mamba370m-L4096"
+WORKLOADS = "tiny,odd,mamba370m-L512"
 
 
 def _kernel(node: str) -> str:

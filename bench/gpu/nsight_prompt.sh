@@ -9,7 +9,7 @@ export PYTHONPATH=$PWD/src:/tmp/kdeps:$PWD KSEARCH_BUSY_WAIT_S=0 PYTHONUNBUFFERE
   git log --oneline -1; uptime; } > $OUT/machine.txt 2>&1
 cat $OUT/machine.txt
 W=/tmp/nsight
-timeout 500 python3 bench/nsight_refine_prompt.py $W > $OUT/log.txt 2>&1; rc=$?
+timeout 200 python3 bench/nsight_refine_prompt.py $W > $OUT/log.txt 2>&1; rc=$?
 tail -80 $OUT/log.txt
 tar czf $OUT/prompts.tar.gz -C $W prompts
 first=$(ls $W/prompts/*-plan-refine.md 2>/dev/null | head -1)
