@@ -56,8 +56,9 @@ def build_llm_proposer(task: Task, target: str, hardware: HardwareSpec | None, s
             names = " and ".join(repr(m) for m in unpriced)
             if settings.backend in ("command", "queue"):
                 raise ConfigError(f"--max-cost cannot limit the {settings.backend} backend: it reports no cost and "
-                                  f"the model {names} has no price; use --max-tokens (tokens are estimated from "
-                                  "the text), or give the model's price in a --prices file")
+                                  f"the model {names} has no price; use --max-tokens (tokens are counted by the "
+                                  "tokenizer KSEARCH_TOKENIZER names, else estimated from the text), or give the "
+                                  "model's price in a --prices file")
             raise ConfigError(f"--max-cost is set but the model {names} has no price, so its spending cannot be "
                               "limited: give its price in a --prices file (0 for a free local endpoint) or drop "
                               "--max-cost (--max-tokens still limits it)")
