@@ -13,13 +13,14 @@ app = typer.Typer(help="ksearch: world-model-guided search for fast kernels, jud
 
 
 def _register() -> None:
-    from ksearch.cli import ablate_cmd, eval_cmd, export_cmd, knowledge_cmd, run_cmd, tasks_cmd
+    from ksearch.cli import ablate_cmd, compare_cmd, eval_cmd, export_cmd, knowledge_cmd, run_cmd, tasks_cmd
 
     app.command("run")(run_cmd.run_command)
     app.command("resume")(run_cmd.resume_command)
     app.add_typer(run_cmd.runs_app, name="runs")
     app.command("show")(run_cmd.show_command)
     app.command("ablate")(ablate_cmd.ablate_command)
+    app.command("compare")(compare_cmd.compare_command)
     app.command("eval")(eval_cmd.eval_command)
     app.command("export")(export_cmd.export_command)
     app.add_typer(tasks_cmd.app, name="tasks")

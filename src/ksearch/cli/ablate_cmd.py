@@ -119,35 +119,7 @@ def ablate_command(
 
 
 def _go(ab: ablate.Ablation, jobs: int, time_limit: float | None, output: Path | None) -> None:
-    ablate.refresh(ab)
-    todo = ablate.todo(ab)
-    err.print(f"ablation [bold]{ab.id}[/] · task {escape(ab.task)} · target {ab.config.target} · budget "
-              f"{ab.config.budget} per run · seed {ab.config.seed} · {len(ab.runs)} runs, {len(todo)} to go"
-              + (f", {min(jobs, len(todo))} at once" if todo and jobs > 1 else ""), highlight=False)
-    for r in ab.runs:
-        state = "done" if r not in todo else "resume" if r.run_id else "start"
-        where = f"prompts in {r.queue_dir}/" if r.queue_dir else \
-            "offline: patterns proposer" if r.label == ablate.OFFLINE else f"backend {ab.config.llm.backend}"
-        err.print(f"  {r.label:<9} {state:<7} {r.run_id or '':<40} {escape(where)}", highlight=False, soft_wrap=True)
-
-    def on_event(ev: dict) -> None:
-        label = escape(ev["label"])
-        if ev["kind"] == "step":
-            err.print(f"  {label:<9} {escape(ev['text'])}", highlight=False)
-        elif ev["kind"] == "started":
-            err.print(f"[bold]{label}[/]: run {ev['run_id']}", highlight=False)
-        elif ev["kind"] == "failed":
-            err.print(f"[red]{label}: the run did not start: {escape(ev['error'])}[/]", highlight=False)
-        elif ev["kind"] == "ended":
-            why = f": {escape(ev['error'])}" if ev.get("error") else ""
-            err.print(f"[bold]{label}[/]: run {ev['run_id']} {ev['status']}{why}", highlight=False)
-
-    try:
-        ablate.run_all(ab, todo, jobs, on_event, time_limit)
-    except KeyboardInterrupt:
-        err.print(f"\ninterrupted; what the runs committed is kept: continue with "
-                  f"[bold]ksearch ablate --resume {ab.id}[/]")
-        raise typer.Exit(130) from None
+    todo = run_runs(ab, jobs, time_limit, f"ksearch ablate --resume {ab.id}")
     result = ablate_results.stored_results(ab) if not todo else None
     if result is None:
         try:
@@ -162,9 +134,51 @@ def _go(ab: ablate.Ablation, jobs: int, time_limit: float | None, output: Path |
     for note in [*(f"{r.label}: {r.error}" for r in result.rows if r.error), *result.notes]:
         out.print(f"[yellow]{escape(note)}[/]", highlight=False)
     out.print(f"results: {md} and {js.name}", highlight=False)
+    unfinished_exit(result, f"ksearch ablate --resume {ab.id}")
+
+
+def unfinished_exit(result, again: str) -> None:
+    """Exit 3 saying which runs did not finish, when some did not."""
     unfinished = [r for r in result.rows if r.status not in ablate.DONE]
     if unfinished:
         err.print(f"{len(unfinished)} of {len(result.rows)} runs did not finish "
                   f"({', '.join(f'{r.label}: {r.status}' for r in unfinished)}); continue with "
-                  f"[bold]ksearch ablate --resume {ab.id}[/]", highlight=False)
+                  f"[bold]{again}[/]", highlight=False)
         raise typer.Exit(3)
+
+
+def run_runs(ab: ablate.Ablation, jobs: int, time_limit: float | None, again: str) -> list[ablate.AblationRun]:
+    """Start or resume the manifest's unfinished runs, printing their steps; returns the runs that were to do.
+    Ctrl-C: exit 130 saying how to go on (``again``)."""
+    ablate.refresh(ab)
+    todo = ablate.todo(ab)
+    err.print(f"{'comparison' if ab.variants else 'ablation'} [bold]{ab.id}[/] · task {escape(ab.task)} · target "
+              f"{ab.config.target} · budget "
+              f"{ab.config.budget} per run · seed {ab.config.seed} · {len(ab.runs)} runs, {len(todo)} to go"
+              + (f", {min(jobs, len(todo))} at once" if todo and jobs > 1 else ""), highlight=False)
+    for r in ab.runs:
+        state = "done" if r not in todo else "resume" if r.run_id else "start"
+        rc = ab.config_for(r.label)
+        where = f"prompts in {r.queue_dir}/" if r.queue_dir else \
+            f"strategy {rc.strategy.kind}, seed {rc.seed}, proposer {rc.proposer}" if ab.variants else \
+            "offline: patterns proposer" if r.label == ablate.OFFLINE else f"backend {ab.config.llm.backend}"
+        err.print(f"  {r.label:<12} {state:<7} {r.run_id or '':<40} {escape(where)}", highlight=False, soft_wrap=True)
+
+    def on_event(ev: dict) -> None:
+        label = escape(ev["label"])
+        if ev["kind"] == "step":
+            err.print(f"  {label:<12} {escape(ev['text'])}", highlight=False)
+        elif ev["kind"] == "started":
+            err.print(f"[bold]{label}[/]: run {ev['run_id']}", highlight=False)
+        elif ev["kind"] == "failed":
+            err.print(f"[red]{label}: the run did not start: {escape(ev['error'])}[/]", highlight=False)
+        elif ev["kind"] == "ended":
+            why = f": {escape(ev['error'])}" if ev.get("error") else ""
+            err.print(f"[bold]{label}[/]: run {ev['run_id']} {ev['status']}{why}", highlight=False)
+
+    try:
+        ablate.run_all(ab, todo, jobs, on_event, time_limit)
+    except KeyboardInterrupt:
+        err.print(f"\ninterrupted; what the runs committed is kept: continue with [bold]{again}[/]")
+        raise typer.Exit(130) from None
+    return todo

@@ -91,3 +91,18 @@ def executor_settings(workers: int, executor: str, ray_address: str) -> dict:
     if ray_address and executor != "ray":
         refuse("--ray-address is for --executor ray")
     return {"workers": workers, "executor": executor, "ray_address": ray_address or None}
+
+
+#: help of ``--strategy`` (run, compare)
+STRATEGY_HELP = ("How the next action is chosen: worldmodel (the world model's ratings, back-off and the planner's "
+                 "choice), evolve (islands and a MAP-Elites archive of the kernels measured so far, in the manner of "
+                 "OpenEvolve) or random (uniform over the open actions).")
+
+
+def strategy_kind(name: str) -> str:
+    """A ``--strategy`` value, checked (`refuse` for an unknown one)."""
+    from ksearch.search.strategy import STRATEGIES
+
+    if name not in STRATEGIES:
+        refuse(f"--strategy must be one of {', '.join(STRATEGIES)}, not {name!r}")
+    return name

@@ -12,8 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ksearch.cli.options import (EXECUTOR_HELP, RAY_ADDRESS_HELP, TIME_LIMIT_HELP, WORKERS_HELP, executor_settings,
-                                 llm_settings, positive_seconds, refuse, targets_help)
+from ksearch.cli.options import (EXECUTOR_HELP, RAY_ADDRESS_HELP, STRATEGY_HELP, TIME_LIMIT_HELP, WORKERS_HELP,
+                                 executor_settings, llm_settings, positive_seconds, refuse, strategy_kind,
+                                 targets_help)
 from ksearch.errors import LLMBudgetExhausted, LLMError, LLMUnavailable
 from ksearch.llm.settings import infer_backend
 from ksearch.records import FinalReport
@@ -186,6 +187,7 @@ def run_command(
     time_limit: float | None = typer.Option(None, "--time-limit", min=1.0, help=TIME_LIMIT_HELP),
     stagnation: int = typer.Option(5, min=1, help="Evaluations without a new best before backing off to "
                                                    "a competing branch."),
+    strategy: str = typer.Option("worldmodel", help=STRATEGY_HELP),
     model: str = typer.Option("", help="llm proposer: the model for planner and coder (implies --proposer llm)."),
     planner_model: str = typer.Option("", help="llm proposer: the planner's model, if not --model."),
     coder_model: str = typer.Option("", help="llm proposer: the coder's model, if not --model."),
@@ -257,7 +259,8 @@ def run_command(
         if why:
             _checked_without_device(task, target, offline, names, why)
     cfg = RunConfig(task=task, target=target, budget=budget, seed=seed, proposer=proposer, timeout_s=timeout,
-                    workloads=names, llm=llm, strategy=StrategyConfig(seed=seed, stagnation_window=stagnation),
+                    workloads=names, llm=llm,
+                    strategy=StrategyConfig(seed=seed, stagnation_window=stagnation, kind=strategy_kind(strategy)),
                     **executor_settings(workers, executor, ray_address))
     with Session.create(cfg) as session:
         _drive(session, as_json, time_limit)

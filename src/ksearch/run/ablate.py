@@ -81,10 +81,18 @@ class Ablation(BaseModel):
     config: RunConfig
     runs: list[AblationRun]
     results: str | None = None
+    #: a comparison's runs (`ksearch.run.compare`): label -> its whole configuration (strategy and seed)
+    variants: dict[str, RunConfig] = {}
+    #: a comparison's strategies and repeats (empty and 0 for a context ablation)
+    strategies: list[str] = []
+    repeats: int = 0
 
     def config_for(self, label: str) -> RunConfig:
-        """The run configuration of ``label``: the shared one with ``--context label`` (and the queue directory
-        ``<queue-dir>/<label>``), or with the patterns proposer for ``offline``. Raises KeyError for another."""
+        """The run configuration of ``label``: a comparison's variant; else the shared one with ``--context label``
+        (and the queue directory ``<queue-dir>/<label>``), or with the patterns proposer for ``offline``. Raises
+        KeyError for another."""
+        if label in self.variants:
+            return self.variants[label]
         if label == OFFLINE:
             return self.config.model_copy(update={"proposer": "patterns", "llm": None})
         if label not in self.contexts or self.config.llm is None:

@@ -311,21 +311,26 @@ def stored_results(ab: Ablation) -> AblationResult | None:
         result = AblationResult.model_validate_json(Path(ab.results).read_text())
     except (OSError, ValidationError):
         return None
+    return result if still_current(ab, result) else None
+
+
+def still_current(ab: Ablation, result: AblationResult) -> bool:
+    """Whether ``result``'s rows are the ablation's runs as they are now (same run ids, evaluations, status)."""
     now = {r.label: r.run_id for r in ab.runs}
     if {r.label: r.run_id for r in result.rows} != now or any(r.run_id is None for r in result.rows):
-        return None
+        return False
     for r in result.rows:
         try:
-            store = open_run(r.run_id)
+            store = open_run(r.run_id)  # type: ignore[arg-type]
             try:
                 same = store.evaluation_count() == r.evaluations and store.run().get("status") == r.status
             finally:
                 store.close()
         except StoreError:
-            return None
+            return False
         if not same:
-            return None
-    return result
+            return False
+    return True
 
 
 # -- where it was measured ----------------------------------------------------------------------------------------

@@ -18,21 +18,29 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import NamedTuple
+import random
+from typing import Literal, NamedTuple
 
 from pydantic import Field
 
 from ksearch.errors import SearchError
 from ksearch.search.edits import Update
-from ksearch.search.worldmodel import PASSING, EvalSummary, Node, NodeStatus, Record, Tree
+from ksearch.search.worldmodel import PASSING, ROOT_ID, EvalSummary, Node, NodeStatus, Record, Tree
 
 _TRIED = frozenset({NodeStatus.SOLVED, NodeStatus.REGRESSED, NodeStatus.FAILED})
 
 
+#: the strategies a run can use (``--strategy``)
+STRATEGIES = ("worldmodel", "evolve", "random")
+
+
 class StrategyConfig(Record):
-    """Knobs of the world-model strategy; the defaults are the tested ones.
+    """Knobs of the strategy; the defaults are the tested ones.
 
     Attributes:
+        kind: ``worldmodel`` (the world model's ranking, back-off and the planner's choice: `decide`),
+            ``evolve`` (an evolutionary loop over the kernels measured so far: `decide_evolve`) or ``random``
+            (uniform over the frontier: `decide_random`).
         difficulty_cap: 1-5; actions harder than this are skipped while easier ones are open.
         cooldown_cycles: >= 0; full cycles a failed action waits before it (or a re-proposal of the
             same action title under the same parent) may be chosen again.
@@ -61,6 +69,16 @@ class StrategyConfig(Record):
     fail_rating: float = Field(default=2.0, ge=0, le=10)
     sibling_nudge: float = Field(default=0.2, ge=0, le=1)
     child_nudge: float = Field(default=0.2, ge=0, le=1)
+    kind: Literal["worldmodel", "evolve", "random"] = "worldmodel"
+    #: evolve: islands (populations evolved apart; kernel families are dealt to them in turn)
+    islands: int = Field(default=3, ge=1)
+    #: evolve: share of parents drawn uniformly from the island's population (exploration)
+    exploration: float = Field(default=0.2, ge=0, le=1)
+    #: evolve: share of parents drawn from the island's elites, best first (exploitation); the rest are drawn in
+    #: proportion to their scores
+    exploitation: float = Field(default=0.7, ge=0, le=1)
+    #: evolve: every this many evaluations the global elites join every island's choice (migration)
+    migration_interval: int = Field(default=10, ge=1)
 
 
 class SearchState(Record):
@@ -220,6 +238,10 @@ def decide(tree: Tree, state: SearchState, cfg: StrategyConfig = DEFAULT) -> Dec
         The decision, or None when no action can be tried now (the frontier is empty or every
         open action is cooling): the planner should be asked for new actions.
     """
+    if cfg.kind == "random":
+        return decide_random(tree, state, cfg)
+    if cfg.kind == "evolve":
+        return decide_evolve(tree, state, cfg)
     frontier = tree.frontier()
     cool = [n.id for n in frontier if cooling(n, tree, state, cfg)]
     pool = [n for n in frontier if n.id not in cool]
@@ -273,6 +295,108 @@ def decide(tree: Tree, state: SearchState, cfg: StrategyConfig = DEFAULT) -> Dec
         backoff=backoff,
         alternatives=((n.id, round(s, 6)), *others),
     )
+
+
+def _rng(tree: Tree, state: SearchState, cfg: StrategyConfig) -> random.Random:
+    """The draws of one decision: seeded by the run's seed and where the search stands (evaluations, nodes, jobs in
+    flight), so a resumed run, or a run given the same order of completions, draws the same."""
+    return random.Random(f"{cfg.seed}:{state.evaluations}:{len(tree)}:{sorted(tree.in_flight)}")
+
+
+def _open_pool(tree: Tree, state: SearchState, cfg: StrategyConfig) -> list[Node]:
+    """The frontier without actions in their failure cooldown."""
+    return [n for n in tree.frontier() if not cooling(n, tree, state, cfg)]
+
+
+def decide_random(tree: Tree, state: SearchState, cfg: StrategyConfig = DEFAULT) -> Decision | None:
+    """The ``random`` strategy: an action drawn uniformly from the frontier (failed actions still wait out their
+    cooldown), ratings and confidences ignored: the baseline that shows what the world model's ranking adds.
+    With the patterns proposer the frontier is every one-step move of the pack from every kernel measured so far.
+    None when nothing can be tried now."""
+    pool = _open_pool(tree, state, cfg)
+    if not pool:
+        return None
+    n = _rng(tree, state, cfg).choice(pool)
+    return Decision(node_id=n.id, reason=f"random: {n.id} {n.label!r}, uniform over {len(pool)} open actions",
+                    score=0.0, alternatives=((n.id, 0.0),))
+
+
+def _population(tree: Tree) -> list[Node]:
+    """The programs an evolutionary loop breeds from: the root (the naive kernel) and every node holding a passing
+    kernel (solved or regressed)."""
+    return [n for n in tree if n.id == ROOT_ID or n.status in PASSING]
+
+
+def decide_evolve(tree: Tree, state: SearchState, cfg: StrategyConfig = DEFAULT) -> Decision | None:
+    """The ``evolve`` strategy: an evolutionary loop in the manner of OpenEvolve (islands, a MAP-Elites archive,
+    parents drawn by exploration / exploitation / fitness; github.com/codelion/openevolve, its ProgramDatabase),
+    over the same tree, judge and proposer: the tree is its archive of programs, not a plan it reasons over.
+
+    1. Island: the evaluations so far modulo ``cfg.islands`` (islands take turns). Kernel families (first-level
+       branches, in the order they were inserted) are dealt to the islands in turn; the root belongs to all.
+    2. Archive: the island's population (the root and its passing kernels) binned by a MAP-Elites grid of
+       (family, depth: the moves from the naive kernel, 4 and more in one bin); a cell's elite is its best score.
+       Every ``cfg.migration_interval`` evaluations the global elites join the island's choice (migration).
+    3. Parent: with probability ``cfg.exploration`` uniform over the population; with ``cfg.exploitation`` an
+       elite, ranked by score, the i-th best with weight 1/(i+1); otherwise in proportion to the score.
+    4. Child (the mutation): uniform over the parent's open actions (with the patterns proposer, the pack's
+       one-step moves from the parent's kernel). A parent with none is set aside and another drawn; when no
+       parent has any, uniform over the whole frontier.
+
+    Ratings, confidences and the planner's choice are not read. None when nothing can be tried now."""
+    pool = {n.id for n in _open_pool(tree, state, cfg)}
+    if not pool:
+        return None
+    rng = _rng(tree, state, cfg)
+    families = [n.id for n in tree.children(ROOT_ID)]
+    island = state.evaluations % cfg.islands
+    mine = {f for i, f in enumerate(families) if i % cfg.islands == island}
+    population = [n for n in _population(tree) if n.id == ROOT_ID or tree.branch_of(n.id) in mine]
+
+    def elites(nodes: list[Node]) -> list[Node]:
+        cells: dict[tuple, Node] = {}
+        for n in nodes:
+            key = (tree.branch_of(n.id), min(tree.depth(n.id), 4))
+            if key not in cells or (tree.score_of(n.id) or 0.0) > (tree.score_of(cells[key].id) or 0.0):
+                cells[key] = n
+        return sorted(cells.values(), key=lambda n: -(tree.score_of(n.id) or 0.0))
+
+    archive = elites(population)
+    migrated = state.evaluations > 0 and state.evaluations % cfg.migration_interval == 0
+    if migrated:
+        archive = elites(archive + elites(_population(tree)))
+    candidates = list(population if not migrated else {n.id: n for n in population + archive}.values())
+    tried: set[str] = set()
+    while True:
+        left = [n for n in candidates if n.id not in tried]
+        if not left:
+            break
+        r = rng.random()
+        elite_left = [n for n in archive if n.id not in tried]
+        if r < cfg.exploration or not elite_left:
+            parent, how = rng.choice(left), "explore"
+        elif r < cfg.exploration + cfg.exploitation:
+            parent = rng.choices(elite_left, weights=[1.0 / (i + 1) for i in range(len(elite_left))])[0]
+            how = "exploit"
+        else:
+            parent = rng.choices(left, weights=[tree.score_of(n.id) or 1e-3 for n in left])[0]
+            how = "fitness"
+        kids = [k for k in tree.children(parent.id) if k.id in pool]
+        if kids:
+            child = rng.choice(kids)
+            return Decision(node_id=child.id, score=0.0, alternatives=((child.id, 0.0),), reason=(
+                f"evolve: island {island + 1} of {cfg.islands}{' (migration)' if migrated else ''}, parent "
+                f"{parent.id} ({how}, {_g(tree.score_of(parent.id))}x), child {child.id} {child.label!r} uniform "
+                f"over its {len(kids)} open actions"))
+        tried.add(parent.id)
+    n = tree[rng.choice(sorted(pool))]
+    return Decision(node_id=n.id, score=0.0, alternatives=((n.id, 0.0),), reason=(
+        f"evolve: island {island + 1} of {cfg.islands} has no parent with open actions; {n.id} {n.label!r} "
+        f"uniform over the frontier ({len(pool)})"))
+
+
+def _g(x: float | None) -> str:
+    return "?" if x is None else f"{x:.3g}"
 
 
 def _spread(ranked: list[tuple[float, Node]], tree: Tree) -> list[tuple[float, Node]]:
