@@ -33,19 +33,26 @@ class ScriptedPool:
     an order unlike the submissions, the same on every run. ``lose``: candidate ids whose first judgment is lost
     (``twice``: every judgment)."""
 
-    def __init__(self, judge, slots=3, seed=0, lose=(), twice=()):
+    def __init__(self, judge, slots=3, seed=0, lose=(), twice=(), down_after_loss=False):
         self.judge, self.slots, self.seed = judge, slots, seed
         self.lose, self.twice = set(lose), set(twice)
+        self.down = False
+        self.down_after_loss = down_after_loss  # the first loss takes every worker down for good
         self.running: dict[str, tuple[str, object]] = {}  # worker -> (key, job)
         self.most = 0
         self.order: list[str] = []
         self.sent: list[tuple[str, str]] = []  # (worker, candidate id)
 
     def free(self, avoid=None):
+        if self.down:
+            return 0
         return sum(1 for i in range(1, self.slots + 1) if f"w{i}" not in self.running and f"w{i}" != avoid)
 
     def busy(self):
         return len(self.running)
+
+    def workers(self):
+        return 0 if self.down else self.slots
 
     def submit(self, job, avoid=None):
         free = [f"w{i}" for i in range(1, self.slots + 1) if f"w{i}" not in self.running]
@@ -64,9 +71,15 @@ class ScriptedPool:
         worker = min(self.running, key=lambda w: self._rank(self.running[w][1]))
         _, job = self.running.pop(worker)
         cid = job.candidate.id
-        if cid in self.twice or cid in self.lose:
-            self.lose.discard(cid)
-            return [Lost(job, worker, "scripted: the host was killed")]
+        for key in (cid, job.key):
+            if key in self.twice or key in self.lose:
+                self.lose.discard(key)
+                if self.down_after_loss:
+                    self.down = True
+                    lost = [Lost(j, w, "scripted: every host was killed") for w, (_, j) in self.running.items()]
+                    self.running.clear()
+                    return [Lost(job, worker, "scripted: every host was killed"), *lost]
+                return [Lost(job, worker, "scripted: the host was killed")]
         self.order.append(cid)
         ev = self.judge.evaluate(job.candidate, job.workloads, job.timing,
                                  references=[r.reference() for r in job.references])
@@ -216,6 +229,121 @@ def test_a_run_stopped_with_jobs_in_flight_judges_those_kernels_after_resume(tmp
     assert not set(pending) & set(CountingProposer.asked)  # their kernels were not written again
 
 
+class DupProposer(PatternsProposer):
+    """The patterns proposer, except that the second kernel it writes is the first one again (the same kernel for
+    two nodes); ``stop_in_refine``: Ctrl-C while refining after the node that waited on the first one's kernel."""
+
+    def __init__(self, *a, stop_in_refine=False, **kw):
+        super().__init__(*a, **kw)
+        self.first = None
+        self.dup_node = None
+        self.stop_in_refine = stop_in_refine
+
+    def propose(self, tree, node_id, parent):
+        cand = super().propose(tree, node_id, parent)
+        if self.first is None:
+            self.first = cand
+        elif self.dup_node is None:
+            self.dup_node = node_id
+            return self.first
+        return cand
+
+    def refine(self, tree, node_id, state, evaluation=None):
+        if self.stop_in_refine and node_id == self.dup_node:
+            self.stop_in_refine = False
+            raise KeyboardInterrupt
+        return super().refine(tree, node_id, state, evaluation)
+
+
+def dup_controller(tmp_path, name="run.sqlite", **kw):
+    store = Store(tmp_path / name, create=True)
+    store.create_run("r", TASK.name, "cpu", {}, {}, None)
+    judge = FakeJudge()
+    pools = []
+    proposer = DupProposer(TASK, "cpu", None, stop_in_refine=kw.pop("stop_in_refine", False))
+    c = Controller(store, TASK, judge, proposer, RunConfig(task=TASK.name, budget=6),
+                   make_executor=lambda naive: pools.append(ScriptedPool(judge, **kw)) or pools[0])
+    return c, proposer, judge
+
+
+def test_a_kernel_written_for_two_nodes_is_judged_once_even_when_the_run_stops_between_their_commits(tmp_path):
+    c, proposer, judge = dup_controller(tmp_path, stop_in_refine=True)
+    c.start()
+    with pytest.raises(KeyboardInterrupt):
+        c.run()
+    first = proposer.first.id
+    assert c.store.evaluation_of(first) is not None  # the first node's commit is in
+    assert c.store.latest_snapshot() is not None
+    c.close()
+    store = Store(tmp_path / "run.sqlite")
+    again = Controller(store, TASK, judge, PatternsProposer(TASK, "cpu", None), c.cfg,
+                       make_executor=lambda naive: ScriptedPool(judge))
+    again.start()
+    assert proposer.dup_node in again.tree.in_flight  # the node that waited on it
+    again.run()
+    ids = [e.candidate_id for _, _, e in store.evaluations()]
+    assert len(ids) == len(set(ids)) == 6 and not again.tree.in_flight
+    assert again.tree[proposer.dup_node].candidate_id == first  # took the first node's evaluation
+
+
+def test_a_kernel_lost_twice_fails_unjudged_with_the_nodes_that_waited_on_it(tmp_path):
+    probe, proposer, _ = dup_controller(tmp_path, name="probe.sqlite")
+    probe.start()
+    probe.run()
+    first = proposer.first.id
+    c, proposer, judge = dup_controller(tmp_path, twice={first})
+    c.start()
+    c.run()
+    pool_sent = [cid for _, cid in c._executor.sent] if c._executor else None
+    ids = [e.candidate_id for _, _, e in c.store.evaluations()]
+    assert len(ids) == len(set(ids)) == 6
+    assert c.store.evaluation_of(first).status is Status.RUNTIME_ERROR
+    assert [f["outcome"] for f in c.store.faults()] == ["requeued", "failed"]
+    assert pool_sent is None or pool_sent.count(first) == 2  # never a third time
+    assert c.tree[proposer.dup_node].status is NodeStatus.FAILED
+
+
+def test_when_every_worker_is_gone_for_good_the_run_says_so_and_keeps_its_jobs(tmp_path):
+    from ksearch.errors import SearchError
+
+    probe = make(tmp_path, budget=6, name="probe.sqlite")
+    probe.start()
+    probe.run()
+    first = [e.candidate_id for _, _, e in probe.store.evaluations()][0]
+    c = make(tmp_path, budget=6, lose={first}, down_after_loss=True)
+    c.start()
+    with pytest.raises(SearchError, match="every worker is down"):
+        c.run()
+    assert c.tree.in_flight and c.evaluations < 6  # kept for a resume
+
+
+def test_a_retime_whose_worker_is_lost_twice_is_dropped_and_the_node_keeps_its_verdict(tmp_path):
+    c = make(tmp_path, budget=8)
+    c.start()
+    for _ in range(4):
+        c.step()
+    solved = next(n for n in c.tree if n.status is NodeStatus.SOLVED and n.id != ROOT_ID)
+    key = f"{solved.id}:{solved.candidate_id}:retime"
+    c._executor.twice.add(key)
+    c.tree = c.tree.replace(retime=(solved.id,))
+    c.run()
+    assert c.tree[solved.id].status is NodeStatus.SOLVED and solved.id not in c.tree.retime
+    assert [f["outcome"] for f in c.store.faults()] == ["requeued", "dropped"]
+    assert c.evaluations == 8  # the dropped re-time counted no evaluation
+
+
+def test_placements_that_cannot_start_are_refused_before_a_run_exists():
+    from ksearch.run.executor import check_placement
+
+    with pytest.raises(ConfigError, match="--ray-address is for --executor ray"):
+        check_placement(RunConfig(task=TASK.name, ray_address="auto"), needs_gpu=False)
+    with pytest.raises(ConfigError, match="workers need at least"):
+        check_placement(RunConfig(task=TASK.name, workers=len(os.sched_getaffinity(0)) + 1), needs_gpu=False)
+    with pytest.raises(ConfigError, match="99 workers need"):  # more than this machine's CPUs or GPUs
+        check_placement(RunConfig(task=TASK.name, workers=99), needs_gpu=True)
+    check_placement(RunConfig(task=TASK.name, workers=1), needs_gpu=False)  # the default always starts
+
+
 def test_nodes_being_judged_are_off_the_frontier_and_keep_their_plan(tmp_path):
     c = make(tmp_path, budget=3)
     c.start()
@@ -267,22 +395,44 @@ def real_controller(tmp_path, cfg=REAL):
     return c, judge
 
 
+class SlowFirstProposer(PatternsProposer):
+    """The patterns proposer, except that its first kernel spins ~0.3 s in every call (judging it takes seconds
+    after its compile): a host killed once it judges that kernel past its compile is surely killed mid-evaluation."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.slow: str | None = None
+
+    def propose(self, tree, node_id, parent):
+        cand = super().propose(tree, node_id, parent)
+        if self.slow is not None:
+            return cand
+        src = cand.sources["kernel.c"]
+        body = src.index("{", src.index("void run("))
+        src = src[:body + 1] + "\n    for (volatile long spin = 0; spin < 300000000L; spin++) {}\n" + src[body + 1:]
+        cand = cand.model_copy(update={"sources": {**cand.sources, "kernel.c": src}})
+        self.slow = cand.id
+        return cand
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two workers need two CPUs")
 def test_a_local_pool_of_two_hosts_judges_each_kernel_once_and_survives_a_killed_host(tmp_path):
     c, judge = real_controller(tmp_path)
+    c.proposer = proposer = SlowFirstProposer(c.task, "cpu", None)
     c.start()
     killed: list[str] = []
 
-    def kill_a_busy_host():
+    def kill_the_host_timing_the_slow_kernel():
         pool = c._executor
         assert isinstance(pool, LocalPool)
-        busy = [s for s in pool.states() if s.job is not None and "judging" in s.stage]
+        busy = [s for s in pool.states() if s.job is not None and s.job.candidate.id == proposer.slow
+                and not s.stage.startswith((s.job.node_id + ":", "static checks", "compile"))]
         if busy and not killed:
             killed.append(busy[0].job.candidate.id)
             os.kill(pool.pids()[busy[0].name], signal.SIGKILL)
 
-    c.on_tick = kill_a_busy_host
+    c.on_tick = kill_the_host_timing_the_slow_kernel
     t0 = time.monotonic()
     try:
         c.run()
@@ -292,9 +442,32 @@ def test_a_local_pool_of_two_hosts_judges_each_kernel_once_and_survives_a_killed
     assert c.evaluations == REAL.budget, time.monotonic() - t0
     ids = [e.candidate_id for _, _, e in c.store.evaluations()]
     assert len(ids) == len(set(ids)) == REAL.budget
-    assert killed, "no host was seen judging"
+    assert killed == [proposer.slow], "the host timing the slow kernel was never seen"
     faults = c.store.faults()
     assert [(f["candidate_id"], f["outcome"]) for f in faults] == [(killed[0], "requeued")]
     assert c.store.evaluation_of(killed[0]).status is Status.PASSED  # judged on the replacement or the other host
     pinned = {r.workloads[0].load_cores is not None for _, _, r in c.store.evaluations()}
     assert pinned == {True}
+
+
+def test_resume_refuses_a_budget_below_what_is_done_and_in_flight(tmp_path):
+    from ksearch.errors import SearchError
+    from ksearch.records import Candidate
+    from ksearch.run.session import Session
+    from ksearch.search.edits import Insert
+    from ksearch.search.strategy import SearchState
+    from ksearch.search.worldmodel import EvalSummary, Tree, attach
+    from ksearch.store.runs import run_dir
+
+    store = Store(run_dir("r-flying") / "run.sqlite", create=True)
+    store.create_run("r-flying", TASK.name, "cpu", RunConfig(task=TASK.name, budget=4).model_dump(mode="json"), {},
+                     None)
+    tree = attach(Tree.new(), ROOT_ID, "naive", EvalSummary(status="PASSED", score=1.0))
+    tree, _ = apply(tree, [Insert(parent_id=ROOT_ID, id=i, action=Action(title=i)) for i in ("a", "b")])
+    for i in ("a", "b"):
+        cand = Candidate(target="cpu", sources={"kernel.c": f"/* {i} */"}, node_id=i)
+        tree = tree.replace(in_flight={**tree.in_flight, i: cand.id})
+        store.record_dispatch(cand, tree.model_dump_json(), SearchState().model_dump_json())
+    store.close()
+    with pytest.raises(SearchError, match="below the 0 evaluations done and the 2 in flight"):
+        Session.resume("r-flying", budget=1)

@@ -19,7 +19,7 @@ from ksearch.records import Status
 from ksearch.run.controller import RunConfig
 
 from tests.conftest import fresh_home
-from tests.run.test_executor import REAL, real_controller
+from tests.run.test_executor import REAL, SlowFirstProposer, real_controller
 
 ray = pytest.importorskip("ray")
 
@@ -31,13 +31,15 @@ RAY = REAL.model_copy(update={"executor": "ray", "budget": 5})
 
 def test_two_ray_workers_judge_each_kernel_once_and_a_killed_worker_process_is_replaced(tmp_path):
     c, judge = real_controller(tmp_path, RAY)
+    c.proposer = proposer = SlowFirstProposer(c.task, "cpu", None)
     c.start()
     killed: list[tuple[str, int]] = []
 
     def kill_a_busy_worker():
         pool = c._executor
-        busy = [s for s in pool.states() if s.job is not None]
-        if busy and not killed and time.monotonic() - busy[0].since > 0.3:
+        busy = [s for s in pool.states() if s.job is not None and s.job.candidate.id == proposer.slow
+                and not s.stage.startswith((s.job.node_id + ":", "static checks", "compile"))]
+        if busy and not killed:
             pid = pool.pids()[busy[0].name]
             killed.append((busy[0].job.candidate.id, pid))
             os.kill(pid, signal.SIGKILL)  # the actor's own process, as the OOM killer or a lost node would
@@ -53,8 +55,9 @@ def test_two_ray_workers_judge_each_kernel_once_and_a_killed_worker_process_is_r
     assert c.evaluations == RAY.budget
     ids = [e.candidate_id for _, _, e in c.store.evaluations()]
     assert len(ids) == len(set(ids)) == RAY.budget
-    assert killed, "no worker was seen judging"
+    assert killed, "the worker timing the slow kernel was never seen"
     cand, pid = killed[0]
+    assert cand == proposer.slow
     assert pid not in pids.values()  # replaced by a new actor
     assert [(f["candidate_id"], f["outcome"]) for f in c.store.faults()] == [(cand, "requeued")]
     assert c.store.evaluation_of(cand).status is Status.PASSED

@@ -304,10 +304,9 @@ def resume_command(
     """Continue an interrupted (or stopped) run where its last committed evaluation left off; evaluations that
     were in flight are judged first."""
     limits = {k: v for k, v in (("max_cost_usd", max_cost), ("max_tokens", max_tokens)) if v is not None}
-    placement = {k: v for k, v in (("workers", workers), ("executor", executor), ("ray_address", ray_address))
-                 if v is not None}
-    if placement:
-        executor_settings(workers or 1, executor or "local", ray_address or "")
+    placement: dict = {k: v for k, v in (("workers", workers), ("executor", executor)) if v is not None}
+    if ray_address is not None or executor == "local":  # a run moved off Ray leaves its address behind
+        placement["ray_address"] = ray_address or None
     with Session.resume(run, budget=budget, llm_limits=limits, placement=placement) as session:
         if not as_json:
             err.print(f"resuming {session.run_id} at {session.store.evaluation_count()} of {session.cfg.budget} "
@@ -394,6 +393,10 @@ def show_command(
     if tree is None:
         out.print("no tree yet")
         return
+    if tree.in_flight:
+        out.print(f"{len(tree.in_flight)} evaluations were in flight when the run stopped "
+                  f"({', '.join(sorted(tree.in_flight))}): `ksearch resume {info['id']}` judges them first",
+                  highlight=False, markup=False)
     best = tree.best()
     out.print(tree_view(tree, best.id if best else None, show_open))
     if report is not None:

@@ -284,9 +284,10 @@ class Controller:
         idle, self.time_limited = 0, False
         deadline = None if time_limit_s is None else clock() + time_limit_s
         stop: LLMError | None = None
-        self._requeue()
+        for report in self._requeue() if self.tree.in_flight else []:
+            on_step(report)
         while True:
-            while stop is None and self.executor.free() > 0 and self._left() > 0:
+            while stop is None and self._left() > 0 and self.executor.free() > 0:
                 if deadline is not None and clock() >= deadline:
                     if not self.time_limited:
                         self.progress(f"stopping: the time limit ({time_limit_s:g} s) is spent after "
@@ -309,8 +310,12 @@ class Controller:
                         self.progress(f"stopping: {idle} steps in a row produced kernels already judged")
                     if started.stop is not None:
                         stop = started.stop
-            if not self.executor.busy():
-                break
+            if self._executor is None or not self.executor.busy():
+                if not self._waiting():
+                    break
+                if not self.executor.workers():  # jobs wait for a worker, and none can come back
+                    raise SearchError("every worker is down, with evaluations still to judge (kept in the run): "
+                                      "continue with ksearch resume")
             for report in self._collect(refine=stop is None):
                 on_step(report)
                 idle = idle + 1 if report.reused else 0
@@ -330,7 +335,8 @@ class Controller:
 
         A re-time the planner asked for (`Tree.retime`) is done first: one evaluation of that node's kernel beside
         its parent and the best, counted in the budget like any other."""
-        self._requeue()
+        for report in self._requeue() if self.tree.in_flight else []:
+            return self._raise_stop(report)
         if not self.executor.busy():
             started = self._start_one()
             if started is None:
@@ -439,23 +445,31 @@ class Controller:
                       + ("" if self.executor.slots == 1 else f" on {worker}"))
         return job
 
-    def _requeue(self) -> None:
-        """Jobs for the nodes the stored tree has in flight and no worker runs (a run stopped or killed with
-        evaluations in flight, or a lost worker's job): sent again, first come first; each candidate judged once."""
+    def _requeue(self, refine: bool = True) -> list[StepReport]:
+        """Send again the jobs of nodes the tree has in flight that no worker runs (a run stopped or killed with
+        evaluations in flight, or a lost worker's job), first come first; each kernel is judged once. A node whose
+        kernel the store has judged meanwhile (it waited on the same kernel for another node, and the run stopped
+        between the two commits) takes that evaluation at once: those steps are returned."""
+        reports: list[StepReport] = []
         for node_id, cand_id in list(self.tree.in_flight.items()):
-            if node_id in self._jobs or not self.executor.free():
-                continue
-            if any(j.candidate.id == cand_id for j in self._jobs.values()):
-                continue  # parked behind the same kernel in flight
-            avoid = self._avoid.get(node_id)
-            if avoid is not None and self.executor.busy() and not self.executor.free(avoid):
-                continue  # lost on ``avoid``: wait for another worker while others are still judging
+            if node_id in self._jobs or any(j.candidate.id == cand_id for j in self._jobs.values()):
+                continue  # running, or parked behind the same kernel in flight
             node = self.tree[node_id]
             cand = self.store.candidate(cand_id)
-            if cand is None or node_id not in self.tree:
+            if cand is None:
                 raise StoreError(f"{self.store.path}: node {node_id} is in flight with candidate {cand_id}, "
                                  "which the store does not hold")
             retime = node.status is not NodeStatus.OPEN
+            judged = None if retime else self.store.evaluation_of(cand_id)
+            if judged is not None:
+                reports.append(self._commit(node_id, cand.model_copy(update={"node_id": node_id}), judged,
+                                            self._decisions.pop(node_id, None), reused=True, refine=refine))
+                continue
+            if not self.executor.free():
+                continue
+            avoid = self._avoid.get(cand_id)
+            if avoid is not None and self.executor.busy() and not self.executor.free(avoid):
+                continue  # lost on ``avoid``: wait for another worker while others are still judging
             refs = [r for r in self.references_for(node.parent_id) if r.candidate.id != cand.id]
             job = JobSpec(key=f"{node_id}:{cand.id}" + (":retime" if retime else ""), node_id=node_id,
                           candidate=cand, workloads=self.cfg.workloads, timing=self.timing,
@@ -463,8 +477,13 @@ class Controller:
             decision = self._decisions.get(node_id) or Decision(
                 node_id=node_id, reason=f"in flight when the run stopped; judged after it resumed ({node.label!r})",
                 score=0.0, alternatives=((node_id, 0.0),))
-            self._avoid.pop(node_id, None)
+            self._avoid.pop(cand_id, None)
             self._send(job, decision, avoid=avoid, record=False)
+        return reports
+
+    def _waiting(self) -> bool:
+        """Whether nodes are in flight that no worker runs (jobs waiting for a worker to come back)."""
+        return any(n not in self._jobs for n in self.tree.in_flight)
 
     def _collect(self, refine: bool = True) -> list[StepReport]:
         """Wait (up to `TICK_S`) for evaluations to end and commit each, in the order they arrive; a lost worker's
@@ -480,28 +499,46 @@ class Controller:
             reports.append(self._commit(job.node_id, job.candidate, event.result.evaluation,
                                         self._decisions.pop(job.node_id, None), reused=False, retime=job.retime,
                                         refine=refine, worker=event.worker))
-            for other, cand_id in list(self.tree.in_flight.items()):  # nodes parked behind this kernel
-                if cand_id == job.candidate.id and other not in self._jobs and not job.retime:
-                    reports.append(self._commit(other, job.candidate.model_copy(update={"node_id": other}),
-                                                event.result.evaluation, self._decisions.pop(other, None),
-                                                reused=True, refine=refine))
-        self._requeue()
-        return reports
+            if not job.retime:
+                reports += self._settle_parked(job, event.result.evaluation, refine)
+        return reports + self._requeue(refine)
+
+    def _settle_parked(self, job: JobSpec, evaluation: Evaluation, refine: bool) -> list[StepReport]:
+        """The nodes that waited on ``job``'s kernel take its evaluation (reused: no second evaluation row)."""
+        return [self._commit(other, job.candidate.model_copy(update={"node_id": other}), evaluation,
+                             self._decisions.pop(other, None), reused=True, refine=refine)
+                for other, cand_id in list(self.tree.in_flight.items())
+                if cand_id == job.candidate.id and other not in self._jobs]
 
     def _lost(self, event: Lost, refine: bool) -> list[StepReport]:
+        """A job whose worker was lost: sent again once (elsewhere when another worker is free); lost again, a
+        re-time is dropped (the node keeps its verdict: it was never found wrong), any other job fails unjudged,
+        and the nodes waiting on its kernel with it. Every loss is a fault in the store."""
         job = event.job
-        losses = 1 + sum(1 for f in self.store.faults() if f["candidate_id"] == job.candidate.id)
-        if losses < 2:
-            self.store.record_fault(job.node_id, job.candidate.id, event.worker, event.reason, "requeued")
+        attempt = f"{job.key}#{self.store.rounds(job.candidate.id)}"  # this judgment, not an earlier round's
+        if self.store.faults_of(attempt) < 1:
+            self.store.record_fault(job.node_id, job.candidate.id, event.worker, event.reason, "requeued", attempt)
             self.progress(f"{job.node_id}: worker {event.worker} lost ({event.reason[:80]}); judging "
                           f"{job.candidate.id} again on another worker")
-            self._avoid[job.node_id] = event.worker  # `_requeue` sends it again, elsewhere when it can
+            self._avoid[job.candidate.id] = event.worker  # `_requeue` sends it again, elsewhere when it can
             return []
-        self.store.record_fault(job.node_id, job.candidate.id, event.worker, event.reason, "failed")
+        if job.retime:
+            self.store.record_fault(job.node_id, job.candidate.id, event.worker, event.reason, "dropped", attempt)
+            self.progress(f"{job.node_id}: worker {event.worker} lost again; the re-time is dropped, the node keeps "
+                          "its verdict")
+            self.tree = self.tree.replace(retime=tuple(i for i in self.tree.retime if i != job.node_id),
+                                          in_flight={k: v for k, v in self.tree.in_flight.items() if k != job.node_id})
+            self.store.record_snapshot(self.tree.model_dump_json(), self.state.model_dump_json(),
+                                       [("controller", job.node_id, False, "re-time dropped: its worker was lost "
+                                                                           "twice")])
+            self._decisions.pop(job.node_id, None)
+            return []
+        self.store.record_fault(job.node_id, job.candidate.id, event.worker, event.reason, "failed", attempt)
         self.progress(f"{job.node_id}: worker {event.worker} lost again; {job.candidate.id} fails unjudged")
         ev = failed_evaluation(job, self.task.name, self.cfg.target, event.reason[:300])
         return [self._commit(job.node_id, job.candidate, ev, self._decisions.pop(job.node_id, None),
-                             reused=False, retime=job.retime, refine=refine, worker=event.worker)]
+                             reused=False, refine=refine, worker=event.worker),
+                *self._settle_parked(job, ev, refine)]
 
     def _commit(self, node_id: str, candidate: Candidate | None, evaluation: Evaluation, decision: Decision | None,
                 *, reused: bool, retime: bool = False, refine: bool = True, worker: str | None = None) -> StepReport:

@@ -86,6 +86,9 @@ class Executor(Protocol):
     def busy(self) -> int:
         """Jobs submitted and not yet returned as events."""
 
+    def workers(self) -> int:
+        """Workers up or starting (not down for good): 0 means no job can run any more."""
+
     def submit(self, job: JobSpec, avoid: str | None = None) -> str:
         """Start ``job`` on a free worker (not ``avoid`` when another is free); returns the worker's name.
         Raises SearchError when no worker is free."""
@@ -115,6 +118,9 @@ class InlineExecutor:
 
     def busy(self) -> int:
         return 0 if self._job is None else 1
+
+    def workers(self) -> int:
+        return 1
 
     def submit(self, job: JobSpec, avoid: str | None = None) -> str:
         if self._job is not None:
@@ -291,6 +297,9 @@ class LocalPool:
     def busy(self) -> int:
         return sum(1 for s in self._slots if s.state.job is not None) + len(self._events)
 
+    def workers(self) -> int:
+        return sum(1 for s in self._slots if s.proc is not None)
+
     def submit(self, job: JobSpec, avoid: str | None = None) -> str:
         free = [s for s in self._slots if s.ready and s.state.job is None]
         if not free:
@@ -378,6 +387,35 @@ class LocalPool:
     def close(self) -> None:
         for s in self._slots:
             self._stop(s)
+
+
+def check_placement(cfg, needs_gpu: bool) -> None:
+    """Refuse, before a run exists (or a resumed run's settings change), a placement that cannot start: an unknown
+    executor, ``ray_address`` without Ray, more local workers than this machine has CPUs (or GPUs, for a GPU
+    target), Ray not installed, a Ray Client address (``ray://``) without Ray Client. What only a running cluster
+    can tell (its GPUs, whether it answers) is found when the workers start.
+
+    Raises:
+        ConfigError: the first of those problems, in words a user can act on.
+    """
+    if cfg.executor not in EXECUTORS:
+        raise ConfigError(f"unknown executor {cfg.executor!r}: use one of {', '.join(EXECUTORS)}")
+    if cfg.ray_address and cfg.executor != "ray":
+        raise ConfigError("--ray-address is for --executor ray")
+    if cfg.executor == "local":
+        if cfg.workers > 1:
+            placements(cfg.workers, needs_gpu)
+        return
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ConfigError('--executor ray needs Ray: pip install -e ".[ray]" (or pip install ray)') from None
+    if (cfg.ray_address or "").startswith("ray://"):
+        try:
+            import grpc  # noqa: F401  (what Ray Client needs beyond Ray itself)
+        except ImportError:
+            raise ConfigError(f"--ray-address {cfg.ray_address} is a Ray Client address, which needs "
+                              '"ray[client]": pip install "ray[client]"') from None
 
 
 def make_executor(cfg, evaluator: "Evaluator", naive, progress: Callable[[str], None] | None = None) -> Executor:

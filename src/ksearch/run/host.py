@@ -230,6 +230,8 @@ def serve(conn, setup_json: str) -> None:
 
 
 def failed_evaluation(job: JobSpec, task: str, target: str, why: str) -> Evaluation:
-    """The evaluation recorded for a job whose host was lost twice: RUNTIME_ERROR, saying it was not judged."""
+    """The evaluation recorded for a job whose host was lost (or failed) twice: RUNTIME_ERROR, saying it was not
+    judged."""
     return Evaluation(candidate_id=job.candidate.id, task=task, target=target, status=Status.RUNTIME_ERROR,
-                      message=f"infrastructure: the host judging this kernel was lost twice; not judged ({why})")
+                      message=f"infrastructure: the host judging this kernel was lost or failed twice; not judged "
+                              f"({why})")

@@ -131,15 +131,26 @@ class RayPool:
             raise
 
     def _plan(self) -> None:
-        """CPUs per actor: the cluster's CPUs shared among the actors, no more than the smallest node has."""
+        """CPUs per actor. A GPU target's actors go to the nodes with GPUs: each gets its GPU's share of the CPUs of
+        the GPU node that has the fewest per GPU (a CPU-only head node counts for nothing). A CPU target's actors
+        share the cluster's CPUs equally, no more than the largest node has (an actor lives on one node).
+
+        Raises:
+            ConfigError: fewer GPUs (GPU target) or CPUs than the actors need.
+        """
         res = self._ray.cluster_resources()
         gpus, cpus = int(res.get("GPU", 0)), int(res.get("CPU", 0))
-        if self.needs_gpu and gpus < self.slots:
-            raise ConfigError(f"{self.slots} workers need {self.slots} GPUs (one each); the Ray cluster has {gpus}")
-        nodes = [int(nd.get("Resources", {}).get("CPU", 0)) for nd in self._ray.nodes() if nd.get("Alive")]
-        per = max(1, min(cpus // max(1, self.slots), max(nodes, default=cpus)))
-        if per * self.slots > cpus:
-            raise ConfigError(f"{self.slots} workers need at least {self.slots} CPUs; the Ray cluster has {cpus}")
+        nodes = [(int(nd.get("Resources", {}).get("CPU", 0)), int(nd.get("Resources", {}).get("GPU", 0)))
+                 for nd in self._ray.nodes() if nd.get("Alive")]
+        if self.needs_gpu:
+            if gpus < self.slots:
+                raise ConfigError(f"{self.slots} workers need {self.slots} GPUs (one each); the Ray cluster has "
+                                  f"{gpus}")
+            per = max(1, min((c // g for c, g in nodes if g > 0), default=1))
+        else:
+            per = max(1, min(cpus // max(1, self.slots), max((c for c, _ in nodes), default=cpus)))
+            if per * self.slots > cpus:
+                raise ConfigError(f"{self.slots} workers need at least {self.slots} CPUs; the Ray cluster has {cpus}")
         self.cpus_each = per
 
     def _spawn(self, w: _Worker) -> None:
@@ -175,11 +186,15 @@ class RayPool:
     def busy(self) -> int:
         return sum(1 for w in self._workers if w.ref is not None)
 
+    def workers(self) -> int:
+        return sum(1 for w in self._workers if w.actor is not None)
+
     def submit(self, job: JobSpec, avoid: str | None = None) -> str:
         free = [w for w in self._workers if w.ref is None and w.actor is not None]
         if not free:
             raise SearchError("no free worker")
         w = next((f for f in free if f.state.name != avoid), free[0])
+        self._stages.set.remote(w.state.name, f"{job.node_id}: sent")  # not the last job's last line
         w.ref = w.actor.evaluate.remote(job.model_dump_json())
         w.state.job, w.state.stage, w.state.since = job, f"{job.node_id}: sent", time.monotonic()
         return w.state.name

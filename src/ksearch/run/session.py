@@ -22,8 +22,8 @@ from ksearch.records import (Candidate, Evaluation, FinalMeasurements, FinalRepo
                              WorkloadResult)
 from ksearch.eval.timing import Reference
 from ksearch.proposers.base import get_proposer
-from ksearch.run.controller import Controller, RunConfig, environment, run_config
-from ksearch.run.executor import make_executor
+from ksearch.run.controller import Controller, RunConfig, environment, load_snapshot, run_config
+from ksearch.run.executor import check_placement, make_executor
 from ksearch.store.db import Store
 from ksearch.store.runs import new_run_id, open_run, run_dir
 from ksearch.targets import get_target
@@ -97,6 +97,7 @@ class Session:
         start (unknown task, workload, target or proposer; no compiler)."""
         task = load_task(cfg.task)
         task.select(cfg.workloads)  # fail on a bad task or workload before creating anything
+        check_placement(cfg, get_target(cfg.target).needs_gpu)  # and on workers that could not start
         if cfg.task not in builtin_names():
             cfg = cfg.model_copy(update={"task": str(Path(cfg.task).resolve())})
         run_id = new_run_id(task.name)
@@ -125,10 +126,16 @@ class Session:
             raise
         try:
             cfg = run_config(store)
+            if placement:  # checked before anything is saved: a placement that cannot start changes nothing
+                cfg = cfg.model_copy(update=placement)
+                check_placement(cfg, get_target(cfg.target).needs_gpu)
             if budget is not None:
                 done = store.evaluation_count()
-                if budget < done:
-                    raise SearchError(f"--budget {budget} is below the {done} evaluations done")
+                snap = load_snapshot(store)
+                flying = len(set(snap[0].in_flight.values())) if snap else 0
+                if budget < done + flying:
+                    raise SearchError(f"--budget {budget} is below the {done} evaluations done"
+                                      + (f" and the {flying} in flight (judged first on resume)" if flying else ""))
                 cfg = cfg.model_copy(update={"budget": budget})
                 store.set_config(cfg.model_dump(mode="json"))
             if llm_limits:
@@ -138,7 +145,6 @@ class Session:
                 cfg = cfg.model_copy(update={"llm": cfg.llm.model_copy(update=llm_limits)})
                 store.set_config(cfg.model_dump(mode="json"))
             if placement:
-                cfg = cfg.model_copy(update=placement)
                 store.set_config(cfg.model_dump(mode="json"))
             session = cls(store, cfg, progress, lock)
             store.set_status("running")

@@ -96,7 +96,8 @@ def _m005_faults(db: sqlite3.Connection) -> None:
     """Infrastructure faults of a run with several workers: a host lost mid-evaluation (its candidate re-queued
     once, then failed), so that a resumed run counts them too."""
     db.execute("CREATE TABLE faults (seq INTEGER PRIMARY KEY AUTOINCREMENT, created_at TEXT NOT NULL, node_id TEXT, "
-               "candidate_id TEXT NOT NULL, worker TEXT NOT NULL, reason TEXT NOT NULL, outcome TEXT NOT NULL)")
+               "candidate_id TEXT NOT NULL, worker TEXT NOT NULL, reason TEXT NOT NULL, outcome TEXT NOT NULL, "
+               "attempt TEXT NOT NULL DEFAULT '')")
 
 
 #: Schema migrations, applied in order and recorded by name in ``migrations``.
@@ -341,17 +342,31 @@ class Store:
                        (candidate.id, _now(), candidate.node_id, candidate.parent_id, candidate.model_dump_json()))
             self._snapshot(db, self.evaluation_count(), tree_json, state_json, None, edits)
 
-    def record_fault(self, node_id: str | None, candidate_id: str, worker: str, reason: str, outcome: str) -> None:
-        """An infrastructure fault: ``worker`` was lost judging ``candidate_id``; ``outcome``: requeued | failed."""
+    def record_fault(self, node_id: str | None, candidate_id: str, worker: str, reason: str, outcome: str,
+                     attempt: str = "") -> None:
+        """An infrastructure fault: ``worker`` was lost judging ``candidate_id``; ``outcome``: requeued | failed |
+        dropped (a re-time); ``attempt``: which judgment of the kernel it was (the controller's key)."""
         with self.transaction() as db:
-            db.execute("INSERT INTO faults (created_at, node_id, candidate_id, worker, reason, outcome) "
-                       "VALUES (?,?,?,?,?,?)", (_now(), node_id, candidate_id, worker, reason[:2000], outcome))
+            db.execute("INSERT INTO faults (created_at, node_id, candidate_id, worker, reason, outcome, attempt) "
+                       "VALUES (?,?,?,?,?,?,?)", (_now(), node_id, candidate_id, worker, reason[:2000], outcome,
+                                                  attempt))
 
     @_reads
     def faults(self) -> list[dict]:
-        """The run's infrastructure faults in order: seq, created_at, node_id, candidate_id, worker, reason, outcome."""
-        keys = ("seq", "created_at", "node_id", "candidate_id", "worker", "reason", "outcome")
+        """The run's infrastructure faults in order: seq, created_at, node_id, candidate_id, worker, reason, outcome,
+        attempt."""
+        keys = ("seq", "created_at", "node_id", "candidate_id", "worker", "reason", "outcome", "attempt")
         return [dict(zip(keys, row)) for row in self.db.execute(f"SELECT {', '.join(keys)} FROM faults ORDER BY seq")]
+
+    @_reads
+    def faults_of(self, attempt: str) -> int:
+        """Faults recorded for this judgment (`record_fault`'s ``attempt``)."""
+        return self.db.execute("SELECT COUNT(*) FROM faults WHERE attempt = ?", (attempt,)).fetchone()[0]
+
+    @_reads
+    def rounds(self, candidate_id: str) -> int:
+        """Evaluations of this candidate committed so far (its first judgment, and the re-times after it)."""
+        return self.db.execute("SELECT COUNT(*) FROM evaluations WHERE candidate_id = ?", (candidate_id,)).fetchone()[0]
 
     def record_snapshot(self, tree_json: str, state_json: str, edits: list[tuple[str, str, bool, str]] = ()) -> None:
         """A tree change not tied to an evaluation (the initial tree, planner edits); seq 0 before any."""
