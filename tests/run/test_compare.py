@@ -118,3 +118,55 @@ def test_ksearch_compare_end_to_end_on_the_null_target(tmp_path):
                             "-o", str(out)], env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]  # finished: the stored results, nothing run again
     assert "to go" in again.stderr and "0 to go" in again.stderr
+
+
+class ImproveOnlyCoder:
+    """A proposer without a planner (any planner call fails the test): each kernel is its parent's with a comment
+    added, so every one is new."""
+
+    name = "improve-only"
+
+    def __init__(self):
+        self.calls: list[tuple[str, str, dict]] = []
+
+    def initial_edits(self, tree):
+        raise AssertionError("an evolutionary loop with a model asks no planner")
+
+    def refine(self, tree, node_id, state, evaluation=None):
+        raise AssertionError("an evolutionary loop with a model asks no planner")
+
+    def expand(self, tree, state):
+        raise AssertionError("an evolutionary loop with a model asks no planner")
+
+    def propose(self, tree, node_id, parent):
+        from ksearch.records import Candidate
+        from tests.search.test_controller import TASK
+
+        node = tree[node_id]
+        self.calls.append((node_id, node.parent_id, node.payload))
+        base = parent.sources["kernel.c"] if parent is not None else TASK.naive_sources["cpu"]
+        return Candidate(target="cpu", sources={"kernel.c": base + f"\n/* {len(self.calls)} */\n"})
+
+
+@pytest.mark.parametrize("kind", ["evolve", "random"])
+def test_without_a_planner_the_loop_breeds_improvements_of_parents_it_draws(tmp_path, kind):
+    from ksearch.run.controller import Controller
+    from ksearch.store.db import Store
+    from tests.search.test_controller import TASK, FakeJudge
+
+    store = Store(tmp_path / "r.sqlite", create=True)
+    store.create_run("r", TASK.name, "cpu", {}, {}, None)
+    coder = ImproveOnlyCoder()
+    cfg = RunConfig(task=TASK.name, budget=8, strategy=StrategyConfig(kind=kind, spawn=True, seed=2))
+    c = Controller(store, TASK, FakeJudge(), coder, cfg)
+    c.start()
+    c.run()
+    assert c.evaluations == 8
+    assert all(payload.get("improve") is True for _, _, payload in coder.calls)  # the coder's improve prompt
+    assert coder.calls[0][1] == ROOT_ID  # it starts from the naive kernel alone
+    parents = {parent for _, parent, _ in coder.calls}
+    assert parents - {ROOT_ID}, "later kernels are bred from measured ones, not only from the naive kernel"
+    for node_id, parent, _ in coder.calls:  # every parent held a passing kernel when it was drawn
+        assert parent == ROOT_ID or c.tree[parent].status.value in ("solved", "regressed")
+    reasons = [d["reason"] for d in store.decisions()]
+    assert all(r.startswith(f"{kind}:") and "a new improvement of it" in r for r in reasons)

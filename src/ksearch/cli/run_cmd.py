@@ -260,7 +260,9 @@ def run_command(
             _checked_without_device(task, target, offline, names, why)
     cfg = RunConfig(task=task, target=target, budget=budget, seed=seed, proposer=proposer, timeout_s=timeout,
                     workloads=names, llm=llm,
-                    strategy=StrategyConfig(seed=seed, stagnation_window=stagnation, kind=strategy_kind(strategy)),
+                    strategy=StrategyConfig(seed=seed, stagnation_window=stagnation, kind=strategy_kind(strategy),
+                                            # evolve and random with a model: no planner, improvements of parents
+                                            spawn=proposer == "llm" and strategy != "worldmodel"),
                     **executor_settings(workers, executor, ray_address))
     with Session.create(cfg) as session:
         _drive(session, as_json, time_limit)

@@ -27,9 +27,9 @@ from ksearch.records import Candidate, Evaluation, Status
 from ksearch.eval.timing import Reference
 from ksearch.llm.settings import LLMSettings
 from ksearch.proposers.base import Proposer
-from ksearch.search.edits import apply
+from ksearch.search.edits import Insert, apply
 from ksearch.search.strategy import Decision, SearchState, StrategyConfig, decide, update_state
-from ksearch.search.worldmodel import ROOT_ID, EvalSummary, NodeStatus, Tree, attach, retimed
+from ksearch.search.worldmodel import ROOT_ID, Action, EvalSummary, NodeStatus, Tree, attach, retimed
 from ksearch.run.executor import Executor, InlineExecutor, Lost
 from ksearch.run.host import JobSpec, RefSpec, failed_evaluation
 from ksearch.store.db import Store
@@ -212,7 +212,10 @@ class Controller:
             self.evaluator.remember_naive(ev)
         # the same measurement, so the same first prompt: an llm proposer's paid answer to it is replayed
         tree = attach(Tree.new(), ROOT_ID, naive.id, summarize(ev))
-        tree, log = self._apply(tree, self.proposer.initial_edits(tree), "proposer:init")
+        if not self.cfg.strategy.spawn:  # an evolutionary loop without a planner starts from the naive kernel alone
+            tree, log = self._apply(tree, self.proposer.initial_edits(tree), "proposer:init")
+        else:
+            log = []
         self.tree, self.state = tree, SearchState()
         self.store.record_snapshot(self.tree.model_dump_json(), self.state.model_dump_json(), log)
 
@@ -385,6 +388,8 @@ class Controller:
         decision = self._decide()
         if decision is None:
             return None
+        if decision.spawn:
+            decision = self._spawn(decision)
         node_id = decision.node_id
         node = self.tree[node_id]
         parent_cand = self._candidate_of(node.parent_id)
@@ -404,6 +409,23 @@ class Controller:
                       workloads=self.cfg.workloads, timing=self.timing,
                       references=[RefSpec.of(r) for r in self.references_for(node.parent_id)])
         return self._send(job, decision)
+
+    def _spawn(self, decision: Decision) -> Decision:
+        """A new open child of ``decision``'s node: an improvement of its kernel (payload ``improve``: the coder gets
+        its code and measurements), the action the decision stands for from now on."""
+        parent = decision.node_id
+        tree, results = apply(self.tree, [Insert(
+            parent_id=parent, decision="mutation", choice=f"improve {parent}",
+            action=Action(title=f"improve the kernel of {parent}", difficulty=2,
+                          description="Make this kernel faster without breaking it, from its code and its "
+                                      "measurements."),
+            payload={"improve": True})])
+        if not results[0].ok:
+            raise SearchError(f"cannot add an improvement under {parent}: {results[0].reason}")
+        child = results[0].node_ids[0]
+        self.tree = tree
+        return decision.model_copy(update={"node_id": child, "spawn": False,
+                                           "reason": f"{decision.reason} ({child})"})
 
     def _start_retime(self, node_id: str) -> JobSpec | None:
         """Send the kernel of ``node_id`` to be judged again (see `step`); None when it cannot be (the request is
@@ -558,7 +580,7 @@ class Controller:
             state = update_state(self.state, tree, node_id, summary)
         stop: LLMError | None = None
         refinement: list = []
-        if refine:
+        if refine and not self.cfg.strategy.spawn:  # no planner for an evolutionary loop with a model
             try:
                 refinement = self.proposer.refine(tree, node_id, state, None if reused else evaluation)
             except LLMError as e:  # out of budget, or the endpoint is down: keep the measurement, then stop

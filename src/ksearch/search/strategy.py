@@ -79,6 +79,9 @@ class StrategyConfig(Record):
     exploitation: float = Field(default=0.7, ge=0, le=1)
     #: evolve: every this many evaluations the global elites join every island's choice (migration)
     migration_interval: int = Field(default=10, ge=1)
+    #: evolve, random: no planner writes actions (the llm proposer): the strategy draws a parent and asks for a new
+    #: child of it, an improvement of the parent's kernel (`Decision.spawn`), instead of drawing an open action
+    spawn: bool = False
 
 
 class SearchState(Record):
@@ -118,6 +121,7 @@ class Decision(Record):
         score: the chosen node's selection score (see `score`).
         backoff: True when the stagnating branch was left for a competing one.
         alternatives: (node id, score) of the chosen node then the best others, at most top_k.
+        spawn: node_id is the parent of a new action to add and try (see the field).
     """
 
     node_id: str
@@ -125,6 +129,9 @@ class Decision(Record):
     score: float
     backoff: bool = False
     alternatives: tuple[tuple[str, float], ...] = ()
+    #: ``node_id`` is a parent: the controller adds a new open child under it (an improvement of its kernel,
+    #: payload ``improve``) and tries that (`StrategyConfig.spawn`)
+    spawn: bool = False
 
 
 class ScoreTerms(NamedTuple):
@@ -313,6 +320,10 @@ def decide_random(tree: Tree, state: SearchState, cfg: StrategyConfig = DEFAULT)
     cooldown), ratings and confidences ignored: the baseline that shows what the world model's ranking adds.
     With the patterns proposer the frontier is every one-step move of the pack from every kernel measured so far.
     None when nothing can be tried now."""
+    if cfg.spawn:
+        parent = _rng(tree, state, cfg).choice(_population(tree))
+        return Decision(node_id=parent.id, spawn=True, score=0.0, alternatives=((parent.id, 0.0),), reason=(
+            f"random: parent {parent.id}, uniform over {len(_population(tree))} kernels; a new improvement of it"))
     pool = _open_pool(tree, state, cfg)
     if not pool:
         return None
@@ -341,11 +352,12 @@ def decide_evolve(tree: Tree, state: SearchState, cfg: StrategyConfig = DEFAULT)
        elite, ranked by score, the i-th best with weight 1/(i+1); otherwise in proportion to the score.
     4. Child (the mutation): uniform over the parent's open actions (with the patterns proposer, the pack's
        one-step moves from the parent's kernel). A parent with none is set aside and another drawn; when no
-       parent has any, uniform over the whole frontier.
+       parent has any, uniform over the whole frontier. With ``cfg.spawn`` (no planner writes actions: the llm
+       proposer) the parent itself is returned with ``spawn``: the controller adds an improvement of its kernel.
 
     Ratings, confidences and the planner's choice are not read. None when nothing can be tried now."""
     pool = {n.id for n in _open_pool(tree, state, cfg)}
-    if not pool:
+    if not pool and not cfg.spawn:
         return None
     rng = _rng(tree, state, cfg)
     families = [n.id for n in tree.children(ROOT_ID)]
@@ -381,6 +393,10 @@ def decide_evolve(tree: Tree, state: SearchState, cfg: StrategyConfig = DEFAULT)
         else:
             parent = rng.choices(left, weights=[tree.score_of(n.id) or 1e-3 for n in left])[0]
             how = "fitness"
+        if cfg.spawn:
+            return Decision(node_id=parent.id, spawn=True, score=0.0, alternatives=((parent.id, 0.0),), reason=(
+                f"evolve: island {island + 1} of {cfg.islands}{' (migration)' if migrated else ''}, parent "
+                f"{parent.id} ({how}, {_g(tree.score_of(parent.id))}x); a new improvement of it"))
         kids = [k for k in tree.children(parent.id) if k.id in pool]
         if kids:
             child = rng.choice(kids)
