@@ -1,9 +1,11 @@
 """The search loop: choose an action, get its kernel, judge it, record what happened, refine the tree.
 
 The controller is the only writer of run state. One *step* = one decision of the strategy, one candidate from
-the proposer, one evaluation by the judge, `attach`, the proposer's refinement edits, and one atomic write
-to the store (evaluation + tree + strategy state). Resume reloads the last committed tree and state, so a
-run killed at any point loses at most the evaluation that was in flight and never repeats a committed one.
+the proposer, one evaluation by the judge (on a worker of the executor: `ksearch.run.executor`), `attach`, the
+proposer's refinement edits, and one atomic write to the store (evaluation + tree + strategy state). A candidate
+is stored when it is sent, with the tree marking its node in flight (`Tree.in_flight`), so a run killed at any
+point loses no committed evaluation, judges what was in flight first on resume, and never repeats a committed one.
+With several workers, several steps are under way at once and commit in the order their evaluations end.
 """
 
 from __future__ import annotations
@@ -170,7 +172,7 @@ class Controller:
         self._executor: Executor | None = None
         self._jobs: dict[str, JobSpec] = {}  # node id -> its job, sent to a worker and not yet back
         self._decisions: dict[str, Decision] = {}  # node id -> the decision that sent it
-        self._avoid: dict[str, str] = {}  # node id -> the worker lost judging it (sent elsewhere when it can)
+        self._avoid: dict[str, str] = {}  # candidate id -> the worker lost judging it (sent elsewhere when it can)
         self.time_limited = False  # the last run() stopped at its time limit, budget left
         self._hardware = getattr(evaluator, "hardware", None)
         self.tree: Tree = Tree.new()
