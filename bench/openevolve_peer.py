@@ -29,6 +29,7 @@ import json
 import os
 import shlex
 import sys
+import tempfile
 import threading
 import time
 from datetime import datetime, timezone
@@ -217,6 +218,7 @@ def main() -> int:
     ap.add_argument("--llm-timeout", type=float, default=3600.0)
     ap.add_argument("--runs", default="", help="ksearch run ids whose best kernels are re-timed beside OpenEvolve's")
     ap.add_argument("--out", default="")
+    ap.add_argument("--work", default="", help="OpenEvolve's working directory (default: a new temporary one)")
     ap.add_argument("--respond-scripted", metavar="DIR", help="answer DIR's prompts with a stand-in (no model)")
     args = ap.parse_args()
     if args.respond_scripted:
@@ -243,8 +245,9 @@ def main() -> int:
     hardware = spec_for_run(args.target, None)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     out = Path(args.out or HERE / "results" / f"openevolve-{task.name}-{args.target}-{stamp}")
-    work = out.with_name(out.name + "-work")
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="ksearch-openevolve-"))
     work.mkdir(parents=True, exist_ok=True)
+    print(f"OpenEvolve's files (its output, the evaluator, judged.jsonl): {work}", flush=True)
     naive = get_target(args.target).naive_candidate(task)
     file_name = next(iter(naive.sources))
     selected = task.select(names)
