@@ -104,5 +104,28 @@ def test_an_honest_kernel_passes_against_a_poisoned_spec_once_the_judge_reprobes
     res = ev.measure_naive(ev.task.workloads)
     assert res.status is Status.PASSED, res.message
     for r in res.workloads:
-        assert r.status is Status.PASSED and r.pct_of_floor is not None and r.pct_of_floor <= 100, r
+        assert r.status is Status.PASSED and r.pct_of_floor is not None, r
+        # at or above the corrected floor, or (a call of ~1 us on a busy machine) too short for the controller's
+        # clock and within its noise of that floor: the judge says so and holds nothing against it
+        assert r.pct_of_floor <= 100 or (r.resolved is False and "within the controller clock's noise" in r.message), r
     assert ev.hardware.memory_bandwidth_gbs > 1.0  # the judge's spec was corrected
+
+
+@needs_cc
+def test_a_time_the_clock_cannot_resolve_is_judged_against_the_corrected_floor_within_its_noise(tmp_path, tiny_spec,
+                                                                                              monkeypatch):
+    """CI's case: on a busy machine a ~1 us call reads as 1 ns once the empty round trip is taken off. Against the
+    poisoned floor that is a suspect time; once the ceiling is re-probed, the gap to the new floor is within the
+    controller clock's noise, and the kernel passes with that said (it was re-verified and rejected before)."""
+    import ksearch.eval.timing as timing
+
+    monkeypatch.setenv("KSEARCH_BUSY_WAIT_S", "0")
+    monkeypatch.setattr(timing, "decided_ms", lambda host_ms, empty_ms, waits_ms=0.0: 1e-6)
+    poisoned = tiny_spec.model_copy(update={"memory_bandwidth_gbs": 0.005})
+    ev = Evaluator(_task(tmp_path, "relu"), hardware=poisoned, config=EvalConfig(seeds=[1, 2], timing=QUICK))
+    small = [w for w in ev.task.workloads if w.label == "small"]
+    res = ev.measure_naive(small)
+    assert res.status is Status.PASSED, res.message
+    (r,) = res.workloads
+    assert r.resolved is False and r.pct_of_floor > 100, r
+    assert "measured again" in r.message and "within the controller clock's noise" in r.message, r.message

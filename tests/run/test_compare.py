@@ -166,7 +166,7 @@ def test_without_a_planner_the_loop_breeds_improvements_of_parents_it_draws(tmp_
     assert coder.calls[0][1] == ROOT_ID  # it starts from the naive kernel alone
     parents = {parent for _, parent, _ in coder.calls}
     assert parents - {ROOT_ID}, "later kernels are bred from measured ones, not only from the naive kernel"
-    for node_id, parent, _ in coder.calls:  # every parent held a passing kernel when it was drawn
+    for _, parent, _ in coder.calls:  # every parent held a passing kernel when it was drawn
         assert parent == ROOT_ID or c.tree[parent].status.value in ("solved", "regressed")
     reasons = [d["reason"] for d in store.decisions()]
     assert all(r.startswith(f"{kind}:") and "a new improvement of it" in r for r in reasons)

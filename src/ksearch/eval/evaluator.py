@@ -767,6 +767,12 @@ class _Session:
             res.message = (f"first timing {first} was below the roofline floor; the {res.bound} ceiling was measured "
                            f"again and the floor is now {res.floor_ms:.4g} ms")
             return
+        noise = self.cand.overhead.jitter_ms if self.cand.overhead is not None else 0.0
+        if within_clock_noise(res, noise):  # the corrected floor is within what the controller's clock can tell
+            res.message = (f"first timing {first} was below the roofline floor; the {res.bound} ceiling was measured "
+                           f"again and the time ({res.median_ms:.4g} ms) is within the controller clock's noise "
+                           f"({noise:.3g} ms) of the new floor {res.floor_ms:.4g} ms: not held against it")
+            return
         first = f"{res.median_ms:.4g} ms ({res.pct_of_floor:.0f}% of the re-probed floor {res.floor_ms:.4g} ms)"
         judge.progress(f"suspect: {wl.label} below the roofline floor; re-verifying on fresh inputs")
         again = WorkloadResult(workload=wl.label, status=Status.PASSED)
@@ -791,8 +797,12 @@ class _Session:
             res.status = Status.REJECTED
             res.message = (f"faster than the roofline floor twice (first {first}, then {again.median_ms:.4g} ms on "
                            f"fresh inputs): the timing cannot be trusted")
-        else:
-            res.message = f"first timing {first} was below the roofline floor; re-verified and re-timed"
+        else:  # the fresh timing stands for the kernel's own figures; the paired comparisons stay as measured
+            for field in ("median_ms", "min_ms", "spread", "ci_ms", "repeats", "floor_ms", "achieved_gbs",
+                          "pct_of_floor", "resolved"):
+                setattr(res, field, getattr(again, field))
+            res.message = (f"first timing {first} was below the roofline floor; re-verified on fresh inputs and "
+                           f"re-timed alone: {again.median_ms:.4g} ms")
 
     def _speedup(self, wl: Workload, res: WorkloadResult) -> float | None:
         """The candidate's speedup over the naive kernel on ``wl``: through a paired reference when there is one
