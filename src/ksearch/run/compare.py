@@ -97,8 +97,8 @@ def best_so_far(run_id: str) -> list[float]:
 class StrategySummary(BaseModel):
     """One strategy over its repeats. ``vs_naive``: the re-timed best over the naive kernel (median, min, max of
     the repeats that finished the re-time); ``best_score``: the in-run final best (median); ``reached``: runs that
-    reached 95% of the best in-run score any run found (``goal``), ``evaluations_to_goal``: the evaluations they
-    took (median; one value per run in ``each_to_goal``, None where it never did); ``curve_*``: the best-so-far
+    reached 95% of the best final in-run score any run found (``goal``) and stayed there to the end (a best later
+    revised below the goal by a re-time did not reach it), ``evaluations_to_goal``: the evaluations they took (median; one value per run in ``each_to_goal``, None where it never did); ``curve_*``: the best-so-far
     after each evaluation, median / min / max over the repeats (a run shorter than the budget keeps its last
     value)."""
 
@@ -151,7 +151,8 @@ def summarize(ab: Ablation, table: AblationResult, curves: dict[str, list[float]
         each: list[int | None] = []
         for x in labels:
             c = curves.get(x, [])
-            each.append(next((i for i, v in enumerate(c, 1) if goal is not None and v >= goal), None))
+            # reached and held: a score read high on a busy machine and revised down by a later re-time is no goal
+            each.append(next((i for i in range(1, len(c) + 1) if goal is not None and min(c[i - 1:]) >= goal), None))
         padded = [c + [c[-1]] * (budget - len(c)) for x in labels if (c := curves.get(x))]
         n = max((len(c) for c in padded), default=0)
         cols = [[c[i] for c in padded if i < len(c)] for i in range(n)]
