@@ -8,6 +8,9 @@ by an agent, a person or a script. Bench tooling, not the product.
     python bench/openevolve_peer.py selective-scan --iterations 12 --queue-dir /work/oe-queue --model NAME \\
         -w tiny,odd,long-state,extreme-dt,mamba370m-L512 [--runs RUN_ID,...] [--out bench/results/NAME]
     python bench/openevolve_peer.py --respond-scripted DIR   (a stand-in answerer: plumbing only, no model)
+    python bench/openevolve_peer.py --retime-from WORK --runs RUN_ID,... --sessions 3 [--out ...]
+        (no evolution: OpenEvolve's best from an earlier run's working directory and the runs' bests re-timed
+        again, in SESSIONS judge sessions one after another: on a quiet machine, with the spread of the sessions)
 
 OpenEvolve's settings are its defaults (islands, MAP-Elites archive, diff-based evolution with SEARCH/REPLACE
 blocks, its prompt templates) except: one evaluation at a time (``evaluator.parallel_evaluations 1``, as a ksearch
@@ -205,6 +208,82 @@ def retime(run, hardware, programs: dict[str, object], progress=print) -> tuple[
     return rows, names
 
 
+def ksearch_bests(run_ids: list[str]) -> dict[str, object]:
+    """The best kernel of each ksearch run, labelled ``ksearch <strategy> (<run id>)``. Raises StoreError."""
+    from ksearch.run.controller import load_snapshot
+    from ksearch.store.runs import open_run
+
+    programs: dict[str, object] = {}
+    for rid in run_ids:
+        store = open_run(rid)
+        try:
+            snap = load_snapshot(store)
+            node = snap[0].best() if snap else None
+            cand = store.candidate(node.candidate_id) if node is not None and node.candidate_id else None
+            strategy = (store.run().get("config") or {}).get("strategy", {}).get("kind", "?")
+        finally:
+            store.close()
+        if cand is not None:
+            programs[f"ksearch {strategy} ({rid})"] = cand
+    return programs
+
+
+def retime_only(args) -> int:
+    """``--retime-from WORK``: OpenEvolve's best (WORK/openevolve/best) and the ``--runs`` bests re-timed beside
+    the naive kernel in ``--sessions`` judge sessions; a table per session and the median over them."""
+    import statistics
+
+    from ksearch.records import Candidate
+    from ksearch.run.ablate_results import machine, versions
+    from ksearch.run.controller import RunConfig
+    from ksearch.targets.base import spec_for_run
+
+    work = Path(args.retime_from)
+    setup = json.loads((work / "setup.json").read_text())
+    run = RunConfig.model_validate(setup["run"])
+    best = next(iter(sorted((work / "openevolve" / "best").glob("best_program.*"))), None)
+    if best is None:
+        raise SystemExit(f"no best program under {work / 'openevolve' / 'best'}")
+    code = best.read_text().replace("// EVOLVE-BLOCK-START\n", "").replace("// EVOLVE-BLOCK-END\n", "")
+    programs: dict[str, object] = {"openevolve": Candidate(target=run.target, sources={setup["file"]: code},
+                                                           compile_flags=list(setup["flags"]))}
+    programs.update(ksearch_bests([r for r in args.runs.split(",") if r]))
+    hardware = spec_for_run(run.target, None)
+    sessions, names = [], []
+    for k in range(args.sessions):
+        print(f"session {k + 1}/{args.sessions}", flush=True)
+        rows, names = retime(run, hardware, programs)
+        sessions.append(rows)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out or HERE / "results" / f"openevolve-retime-{stamp}")
+    doc = {"date": stamp, "command": "python bench/openevolve_peer.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+           "work": str(work), "run": setup["run"], "bench_workloads": names, "sessions": sessions,
+           "machine": machine(), "versions": versions()}
+    out.with_suffix(".json").write_text(json.dumps(doc, indent=1))
+    lines = [f"# Re-timed: OpenEvolve's best beside ksearch runs' bests ({run.task}, {run.target})", "",
+             f"- date: {stamp}", f"- command: `{doc['command']}`", f"- machine: {json.dumps(doc['machine'])}",
+             f"- versions: {json.dumps(doc['versions'])}",
+             f"- {args.sessions} judge session(s) one after another, each: the naive kernel, then every kernel "
+             f"paired with it on {', '.join(names)} (a fresh secret seed per session)", "",
+             "| kernel | " + " | ".join(f"session {k + 1}" for k in range(len(sessions))) + " | median |",
+             "|---|" + "---|" * (len(sessions) + 1)]
+    for label in programs:
+        cells, vals = [], []
+        for rows in sessions:
+            r = next((x for x in rows if x["label"] == label), None)
+            if r is None or r["vs_naive"] is None:
+                cells.append(r["status"] if r else "-")
+                continue
+            vals.append(r["vs_naive"])
+            iv = f" [{r['lo']:.3g}, {r['hi']:.3g}]" if r["lo"] and r["hi"] else ""
+            cells.append(f"{r['vs_naive']:.3g}x{iv}")
+        med = f"{statistics.median(vals):.3g}x" if vals else "-"
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {med} |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("task", nargs="?")
@@ -220,10 +299,15 @@ def main() -> int:
     ap.add_argument("--out", default="")
     ap.add_argument("--work", default="", help="OpenEvolve's working directory (default: a new temporary one)")
     ap.add_argument("--respond-scripted", metavar="DIR", help="answer DIR's prompts with a stand-in (no model)")
+    ap.add_argument("--retime-from", metavar="WORK", help="no evolution: re-time WORK's OpenEvolve best beside the "
+                    "--runs bests")
+    ap.add_argument("--sessions", type=int, default=1, help="judge sessions of the re-time (with --retime-from)")
     args = ap.parse_args()
     if args.respond_scripted:
         respond_scripted(Path(args.respond_scripted))
         return 0
+    if args.retime_from:
+        return retime_only(args)
     if not args.task or not args.queue_dir:
         ap.error("give TASK and --queue-dir")
     import openevolve
@@ -233,7 +317,6 @@ def main() -> int:
     from ksearch.records import Candidate
     from ksearch.run.ablate_results import machine, versions
     from ksearch.run.controller import RunConfig
-    from ksearch.store.runs import open_run
     from ksearch.targets import get_target
     from ksearch.targets.base import spec_for_run
     from ksearch.tasks import load_task
@@ -292,19 +375,7 @@ def main() -> int:
     if best_code.strip():
         programs["openevolve"] = Candidate(target=args.target, sources={file_name: best_code},
                                            compile_flags=list(naive.compile_flags))
-    for rid in [r for r in args.runs.split(",") if r]:
-        store = open_run(rid)
-        try:
-            from ksearch.run.controller import load_snapshot
-
-            snap = load_snapshot(store)
-            node = snap[0].best() if snap else None
-            cand = store.candidate(node.candidate_id) if node is not None and node.candidate_id else None
-            strategy = (store.run().get("config") or {}).get("strategy", {}).get("kind", "?")
-        finally:
-            store.close()
-        if cand is not None:
-            programs[f"ksearch {strategy} ({rid})"] = cand
+    programs.update(ksearch_bests([r for r in args.runs.split(",") if r]))
     rows, bench_names = retime(run, hardware, programs)
     best_so_far, best = [], 0.0
     for j in judged:
