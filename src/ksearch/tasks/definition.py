@@ -146,10 +146,19 @@ class TensorSpec(_Record):
 
 
 class Tolerance(_Record):
-    """|got - want| <= atol + rtol * |want| elementwise, per output dtype."""
+    """When an output element is right, per output dtype, and how many must be.
+
+    ``rule`` ``sum`` (ksearch's, NumPy's allclose): |got - want| <= atol + rtol * |want|. ``either``
+    (flashinfer-bench's ``compute_error_stats``): |got - want| <= atol or |got - want| <= rtol * (|want| + 1e-8).
+    ``matched_ratio``: the least share of elements that must be right (flashinfer-bench's
+    ``required_matched_ratio``; 1.0: all). A non-finite value where the reference is finite is always wrong and
+    fails the output, whatever the ratio.
+    """
 
     rtol: float = Field(ge=0)
     atol: float = Field(ge=0)
+    rule: Literal["sum", "either"] = "sum"
+    matched_ratio: float = Field(default=1.0, gt=0, le=1)
 
 
 class CostModel(_Record):

@@ -6,8 +6,11 @@ is measured against. Accepted on disk:
 - a directory holding ``definition.json`` or ``definition.yaml`` and optionally ``workloads.jsonl`` and
   ``naive.<target>.<ext>`` files (the built-in layout; any target name, one kernel per target), with
   ``naive.<target>.launch.yaml`` beside the naive kernel of a target that takes a launch plan;
-- a definition file (``.json`` as flashinfer-bench writes it, or ``.yaml``) with workloads given separately
-  (a JSONL file whose lines are Workload objects, or flashinfer-bench traces with a ``workload`` field).
+- a definition file (``.json`` as flashinfer-bench writes it, or ``.yaml``) with its workloads: a JSONL file
+  whose lines are Workload objects, or flashinfer-bench traces with a ``workload`` field, given separately or
+  found beside it (``<stem>.jsonl``, or flashinfer-bench's dataset layout: `ksearch.tasks.flashinfer`);
+- anything a registered outside source claims (`ksearch.tasks.importers`): a flashinfer-bench dataset root plus a
+  definition name (``ROOT/NAME``), and the sources other modules register.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ class Task:
     baseline_sources: dict[str, str] = field(default_factory=dict)
     #: launch plan of a GPU target's naive kernel (``naive.<target>.launch.yaml``; see docs/cuda-target.md)
     naive_launch: dict[str, dict] = field(default_factory=dict)
+    #: the file name of each naive kernel, ``{<target>: naive.<target>.<ext>}`` (`ksearch.tasks.importers`
+    #: writes them back under these names)
+    naive_files: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -140,19 +146,23 @@ def _load_dir(d, origin: str) -> Task:
     definition = load_definition(Path(str(def_file)))
     wl_file = d / "workloads.jsonl"
     workloads = parse_workloads(wl_file.read_text(), f"{origin}/workloads.jsonl") if wl_file.is_file() else []
-    naive, launches = _naive_kernels(d, origin)
+    naive, launches, files = _naive_kernels(d, origin)
     baselines = {}
     for bname, rel in definition.baselines.items():
         f = d.joinpath(*rel.split("/"))
         if not f.is_file():
             raise TaskError(f"{origin}: baseline {bname!r} file {rel!r} not found")
         baselines[bname] = f.read_text()
-    task = Task(definition, workloads, naive, origin, baselines, launches)
+    from ksearch.tasks import flashinfer
+
+    flashinfer.resolve_blobs(workloads, Path(str(d)))  # relative to the task folder
+    flashinfer.label_workloads(definition, workloads)
+    task = Task(definition, workloads, naive, origin, baselines, launches, files)
     _check_workloads(definition, workloads)
     return task
 
 
-def _naive_kernels(d, origin: str) -> tuple[dict[str, str], dict[str, dict]]:
+def _naive_kernels(d, origin: str) -> tuple[dict[str, str], dict[str, dict], dict[str, str]]:
     """The naive kernels of a task directory, ``{target: source}`` from each ``naive.<target>.<ext>``, and their
     launch plans, ``{target: plan}`` from each ``naive.<target>.launch.yaml`` beside a kernel. Raises TaskError
     for two kernels of one target (``naive.cpu.c`` and ``naive.cpu.cpp``) or an unreadable plan."""
@@ -170,7 +180,7 @@ def _naive_kernels(d, origin: str) -> tuple[dict[str, str], dict[str, dict]]:
         else:
             files[target] = f.name
     naive = {target: (d / name).read_text() for target, name in files.items()}
-    return naive, {target: plan for target, plan in plans.items() if target in naive}
+    return naive, {target: plan for target, plan in plans.items() if target in naive}, files
 
 
 def _check_workloads(definition: Definition, workloads: list[Workload]) -> None:
@@ -195,18 +205,39 @@ def load_task(name_or_path: str | Path, workloads: str | Path | None = None) -> 
     Raises:
         TaskError: unknown name, unreadable or malformed file, a workload that breaks the definition.
     """
+    from ksearch.tasks import flashinfer
+
     name = str(name_or_path)
+    path = Path(name)
     if name in builtin_names():
         task = _load_dir(_BUILTIN_ROOT / name, f"builtin:{name}")
+    elif path.is_dir() and any((path / n).is_file() for n in ("definition.yaml", "definition.json")):
+        task = _load_dir(path, str(path))
+    elif path.is_file() and path.suffix in (".json", ".yaml", ".yml"):
+        definition = load_definition(path)
+        task = Task(definition, [], {}, str(path))
+        found = flashinfer.workloads_beside(path) if workloads is None else None
+        if found is not None:
+            task.workloads = _read_workloads(found, definition)
     else:
-        path = Path(name)
-        if path.is_dir():
-            task = _load_dir(path, str(path))
-        elif path.is_file():
-            task = Task(load_definition(path), [], {}, str(path))
-        else:
+        from ksearch.tasks.importers import detect, import_task
+
+        if detect(path) is None and not path.exists():
             raise TaskError(f"no task {name!r}: not a built-in ({', '.join(builtin_names())}) nor a file or directory")
+        return import_task(path, workloads)
     if workloads is not None:
-        task.workloads = load_workloads(workloads)
+        task.workloads = _read_workloads(Path(workloads), task.definition)
         _check_workloads(task.definition, task.workloads)
     return task
+
+
+def _read_workloads(path: Path, definition: Definition) -> list[Workload]:
+    """A workloads file for ``definition``: its safetensors paths made absolute (`ksearch.tasks.flashinfer`), its
+    unnamed workloads named; checked against the definition."""
+    from ksearch.tasks import flashinfer
+
+    out = load_workloads(path)
+    flashinfer.resolve_blobs(out, flashinfer.blob_root(path))
+    flashinfer.label_workloads(definition, out)
+    _check_workloads(definition, out)
+    return out
