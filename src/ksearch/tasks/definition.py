@@ -18,6 +18,8 @@ On top of those ksearch adds, all optional so foreign files still load:
   or ``native`` (float16 and float32 arrays reach ``run`` as stored, and ``run`` widens them itself, e.g. a
   sequence at a time; bfloat16 is still decoded to float64, NumPy having no bfloat16). A torch reference gets
   its inputs as torch tensors whatever this says.
+- ``input_generator`` and ``checker``: inputs and a correctness check written as Python by the task (imported
+  KernelBench and GPU MODE problems; see `ksearch.tasks.generated`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ksearch.errors import TaskError
 from ksearch.hardware.catalog import FIGURES
+from ksearch.tasks.structured import compile_data_constraint, is_data_constraint
 
 #: The ``peak_flops`` keys a cost model's ``flops_on`` may name: the hardware catalog's figures (plain dtypes are
 #: vector/SIMD rates, ``tensor_*`` matrix-unit rates).
@@ -49,8 +52,18 @@ DTYPE_BYTES: dict[str, float] = {
     "int32": 4,
     "int16": 2,
     "int8": 1,
+    "uint8": 1,
     "bool": 1,
 }
+
+#: dtypes whose values are integers (random ones are drawn from an ``integers`` distribution)
+INTEGER_DTYPES = frozenset({"int64", "int32", "int16", "int8", "uint8", "bool"})
+
+
+def is_integer_dtype(dtype: str) -> bool:
+    """Whether a task dtype holds integers (or booleans)."""
+    return dtype in INTEGER_DTYPES
+
 
 #: Default tolerances per output dtype, from mamba_ssm's selective-scan tests (fp32 rtol 6e-4 atol 2e-3,
 #: fp16 rtol 3e-3 atol 5e-3, bf16 rtol 3e-2 atol 5e-2); integer outputs must match exactly.
@@ -198,6 +211,8 @@ class Definition(_Record):
     inputs: dict[str, TensorSpec]
     outputs: dict[str, TensorSpec]
     reference: str
+    #: expressions over the axes, checked on each workload; one that reads input data (``num_kv_indices ==
+    #: kv_indptr[-1].item()``) is checked on the drawn inputs instead (`ksearch.tasks.structured`). null: none.
     constraints: list[str] = Field(default_factory=list)
     # ksearch extensions
     tolerance: dict[str, Tolerance] = Field(default_factory=dict)
@@ -207,6 +222,20 @@ class Definition(_Record):
     #: other implementations to time beside the candidates: name -> Python file (relative to the definition's
     #: directory) defining ``run`` with the reference's signature, e.g. a framework's token-by-token loop.
     baselines: dict[str, str] = Field(default_factory=dict)
+    #: Python source defining ``generate(seed, **axes)`` that returns every input by name (torch tensors or NumPy
+    #: arrays of the spec's shape and dtype, Python numbers for scalars): the inputs of a (workload, seed) come from
+    #: it instead of the distributions (`ksearch.tasks.generated`; KernelBench's ``get_inputs``, GPU MODE's
+    #: ``generate_input``). Trusted task code, run in the judge's process like the reference.
+    input_generator: str | None = None
+    #: Python source defining ``check(inputs, outputs)`` (dicts by name of torch tensors for a torch reference, else
+    #: NumPy arrays) returning True/False, ``(ok, message)`` or a message (empty: passed): the task's own
+    #: correctness check, used instead of the tolerance (`ksearch.tasks.generated`; GPU MODE's ``check_implementation``)
+    checker: str | None = None
+
+    @field_validator("constraints", mode="before")
+    @classmethod
+    def _null_constraints(cls, v):
+        return [] if v is None else v  # flashinfer-bench writes "constraints": null
 
     @model_validator(mode="after")
     def _shapes_name_axes(self) -> "Definition":
@@ -219,12 +248,25 @@ class Definition(_Record):
         if clash:
             raise ValueError(f"names used for both an input and an output: {sorted(clash)}")
         for expr in self.constraints:
-            _compile_expr(expr)
+            if is_data_constraint(expr, self.inputs):
+                compile_data_constraint(expr)
+            else:
+                _compile_expr(expr)
         if "def run" not in self.reference:
             raise ValueError("reference must define a global function `run`")
         return self
 
     # -- derived values -------------------------------------------------------------------------
+
+    @property
+    def axis_constraints(self) -> list[str]:
+        """The constraints over axes only (checked on each workload by `axis_values`)."""
+        return [c for c in self.constraints if not is_data_constraint(c, self.inputs)]
+
+    @property
+    def data_constraints(self) -> list[str]:
+        """The constraints that read input data (checked on drawn inputs: `ksearch.tasks.structured`)."""
+        return [c for c in self.constraints if is_data_constraint(c, self.inputs)]
 
     @property
     def var_axes(self) -> list[str]:
@@ -253,7 +295,7 @@ class Definition(_Record):
                 allowed = f">= {lo}" if ax.max is None else f"in [{lo}, {ax.max}]"
                 raise TaskError(f"workload {workload.label!r} gives {name}={given}; {self.name!r} allows {allowed}")
             values[name] = int(given)
-        for expr in self.constraints:
+        for expr in self.axis_constraints:
             if not eval_expr(expr, values):
                 raise TaskError(f"workload {workload.label!r} breaks constraint {expr!r} of {self.name!r} ({values})")
         return values
@@ -285,7 +327,7 @@ class Definition(_Record):
             if how is not None and not isinstance(how, RandomInput):
                 raise TaskError(f"workload {workload.label!r} gives a distribution for input {name!r}, which it "
                                 f"also gives as {how.type!r} (a distribution is for random inputs)")
-            is_int = spec.dtype.startswith("int") or spec.dtype == "bool"
+            is_int = is_integer_dtype(spec.dtype)
             if is_int != (dist.kind == "integers"):
                 raise TaskError(f"workload {workload.label!r}: distribution {dist.kind!r} for {spec.dtype} input "
                                 f"{name!r} ({'integers' if is_int else 'normal, uniform or neg_uniform'} expected)")

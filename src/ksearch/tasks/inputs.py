@@ -1,8 +1,11 @@
 """Make a workload's inputs: random by each input's distribution (the workload's ``distributions`` over the
 definition's), or as the workload says.
 
-Arrays are NumPy, C-contiguous, in the definition's dtype (bfloat16 held as its raw uint16 bits, since NumPy
-has no bfloat16). Scalars (shape None) are Python numbers.
+Arrays are NumPy, C-contiguous, in the definition's dtype (bfloat16 held as its raw uint16 bits, float8_e4m3fn and
+float8_e5m2 as their raw uint8 bits, since NumPy has none of them: `ksearch.tasks.fp8`). Scalars (shape None) are
+Python numbers. Paged/ragged index inputs are drawn consistent with each other (`ksearch.tasks.structured`),
+safetensors inputs read from their files (`ksearch.tasks.safetensors_io`), and constraints over input data checked
+once the inputs exist.
 """
 
 from __future__ import annotations
@@ -14,9 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ksearch.errors import TaskError
-from ksearch.tasks.definition import Definition, Distribution, RandomInput, ScalarInput, Workload
+from ksearch.tasks import fp8
+from ksearch.tasks.definition import (Definition, Distribution, RandomInput, SafetensorsInput, ScalarInput, Workload,
+                                      is_integer_dtype)
+from ksearch.tasks.safetensors_io import read_tensor
+from ksearch.tasks.structured import check_data_constraints, fill_index_inputs, index_inputs
 
-#: NumPy storage dtype for each task dtype (bfloat16 stored as uint16 bits; fp8/fp4 not supported yet).
+#: NumPy storage dtype for each task dtype (bfloat16 stored as uint16 bits, fp8 as uint8 bits; fp4 not supported).
 NUMPY_DTYPES: dict[str, np.dtype] = {
     "float64": np.dtype(np.float64),
     "float32": np.dtype(np.float32),
@@ -26,7 +33,10 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
     "int32": np.dtype(np.int32),
     "int16": np.dtype(np.int16),
     "int8": np.dtype(np.int8),
+    "uint8": np.dtype(np.uint8),
     "bool": np.dtype(np.bool_),
+    "float8_e4m3fn": np.dtype(np.uint8),
+    "float8_e5m2": np.dtype(np.uint8),
 }
 
 
@@ -54,10 +64,21 @@ def bf16_from_f32(x: np.ndarray) -> np.ndarray:
 
 
 def to_float64(x: np.ndarray, dtype: str) -> np.ndarray:
-    """Widen a stored array of a task dtype to float64 (decoding bfloat16 bits)."""
+    """Widen a stored array of a task dtype to float64 (decoding bfloat16 and float8 bits)."""
     if dtype == "bfloat16":
         return (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if dtype in fp8.FORMATS:
+        return fp8.decode(x, dtype)
     return np.asarray(x, np.float64)
+
+
+def _encode(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 values in a task dtype's storage: bfloat16 and float8 bits, else a cast."""
+    if dtype == "bfloat16":
+        return bf16_from_f32(values)
+    if dtype in fp8.FORMATS:
+        return fp8.encode(values, dtype)
+    return values
 
 
 def _draw(rng: np.random.Generator, dist: Distribution, shape: tuple[int, ...]) -> np.ndarray:
@@ -82,12 +103,13 @@ def _fill(rng: np.random.Generator, dist: Distribution, shape: tuple[int, ...], 
     storage = numpy_dtype(dtype)
     if dist.kind == "integers":
         values = _draw(rng, dist, shape)
-        return (bf16_from_f32(values) if dtype == "bfloat16" else np.ascontiguousarray(values, storage)).reshape(shape)
+        encoded = _encode(values.astype(np.float32), dtype) if storage.kind == "u" and dtype != "uint8" else values
+        return np.ascontiguousarray(encoded, storage).reshape(shape)
     n = math.prod(shape)
     out = np.empty(n, storage)
     for start in range(0, n, _CHUNK):
         chunk = _draw(rng, dist, (min(_CHUNK, n - start),))
-        out[start:start + chunk.size] = bf16_from_f32(chunk) if dtype == "bfloat16" else chunk
+        out[start:start + chunk.size] = _encode(chunk, dtype)
     return out.reshape(shape)
 
 
@@ -100,8 +122,13 @@ def make_inputs(definition: Definition, workload: Workload, seed: int) -> dict[s
 
     Raises:
         TaskError: an input the workload gives in a form not supported yet (safetensors), a bad dtype, or an
-            input too large to allocate.
+            input too large to allocate. A definition with an ``input_generator`` gets its inputs from it
+            (`ksearch.tasks.generated.generate_inputs`, which raises for a failing one).
     """
+    if definition.input_generator is not None:  # the task's own generator (imported KernelBench, GPU MODE problems)
+        from ksearch.tasks.generated import generate_inputs
+
+        return generate_inputs(definition, workload, seed)
     axes = definition.axis_values(workload)
     out: dict[str, np.ndarray | float | int] = {}
     arrays: list[tuple[str, np.random.Generator, Distribution, tuple[int, ...], str]] = []
@@ -111,11 +138,13 @@ def make_inputs(definition: Definition, workload: Workload, seed: int) -> dict[s
         if isinstance(how, ScalarInput):
             out[name] = how.value
             continue
-        if not isinstance(how, RandomInput):
-            raise TaskError(f"input {name!r} of workload {workload.label!r}: {how.type!r} inputs are not supported yet")
+        if isinstance(how, SafetensorsInput):
+            out[name] = read_tensor(how.path, how.tensor_key, spec.dtype, shape, f"input {name!r} of workload "
+                                    f"{workload.label!r}")
+            continue
         # one independent stream per (seed, input index): adding an input does not change the others
         rng = np.random.default_rng([seed, index])
-        is_int = spec.dtype.startswith("int") or spec.dtype == "bool"
+        is_int = is_integer_dtype(spec.dtype)
         dist = workload.distributions.get(name) or spec.distribution or (Distribution(kind="integers", low=0, high=2 if spec.dtype == "bool" else 100)
                                      if is_int else Distribution())
         if shape is None:
@@ -140,6 +169,10 @@ def make_inputs(definition: Definition, workload: Workload, seed: int) -> dict[s
             filled = dict(zip((a[0] for a in big), pool.map(fill, big)))
     else:
         filled = {}
+    structured = index_inputs(definition)
     for item in arrays:
-        out[item[0]] = filled[item[0]] if item[0] in filled else fill(item)
+        if item[0] not in structured or item[0] in workload.distributions or definition.inputs[item[0]].distribution:
+            out[item[0]] = filled[item[0]] if item[0] in filled else fill(item)
+    fill_index_inputs(definition, axes, seed, workload.label, out)  # the index arrays still None
+    check_data_constraints(definition, workload.label, axes, out)
     return out

@@ -32,8 +32,12 @@ def _entry(definition: Definition):
 def run_reference(definition: Definition, inputs: dict) -> dict[str, np.ndarray]:
     """Outputs of the reference for these inputs, as float64 NumPy arrays keyed by output name.
 
+    A reference may return its outputs as a tuple or list in the definition's order, a single value (one output),
+    or a dict by output name.
+
     Raises:
-        TaskError: the reference fails, returns the wrong number of outputs, or needs torch that is missing.
+        TaskError: the reference fails, returns the wrong number of outputs (or a dict without some output), or
+            needs torch that is missing.
     """
     run = _entry(definition)
     names = list(definition.outputs)
@@ -48,6 +52,12 @@ def run_reference(definition: Definition, inputs: dict) -> dict[str, np.ndarray]
             result = run(**args)
         except Exception as e:
             raise TaskError(f"reference of {definition.name!r} failed: {type(e).__name__}: {e}") from None
+    if isinstance(result, dict):
+        missing = [n for n in names if n not in result]
+        if missing:
+            raise TaskError(f"reference of {definition.name!r} returned a dict without outputs {missing} (its keys: "
+                            f"{sorted(map(str, result))})")
+        result = [result[n] for n in names]
     if not isinstance(result, (tuple, list)):
         result = (result,)
     if len(result) != len(names):
@@ -62,14 +72,16 @@ def _run_torch(definition: Definition, run, inputs: dict):
         raise TaskError(f"the reference of {definition.name!r} uses PyTorch; install it with "
                         "`pip install torch==2.13.0` (CPU build)") from None
     tdt = {"float32": torch.float32, "float16": torch.float16, "float64": torch.float64, "int64": torch.int64,
-           "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "bool": torch.bool}
+           "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool}
+    bits = {"bfloat16": (np.int16, torch.bfloat16), "float8_e4m3fn": (np.uint8, torch.float8_e4m3fn),
+            "float8_e5m2": (np.uint8, torch.float8_e5m2)}  # stored as raw bits: viewed, not converted
     args = {}
     for k, v in inputs.items():
         dtype = definition.inputs[k].dtype
         if not isinstance(v, np.ndarray):
             args[k] = v
-        elif dtype == "bfloat16":
-            args[k] = torch.from_numpy(to_float64(v, dtype)).to(torch.bfloat16)
+        elif dtype in bits:
+            args[k] = torch.from_numpy(v.view(bits[dtype][0]).copy()).view(bits[dtype][1])
         else:
             args[k] = torch.from_numpy(v.copy()).to(tdt[dtype])
     try:
@@ -77,6 +89,11 @@ def _run_torch(definition: Definition, run, inputs: dict):
             result = run(**args)
     except Exception as e:
         raise TaskError(f"reference of {definition.name!r} failed: {type(e).__name__}: {e}") from None
+    def widen(r):
+        return r.detach().to(torch.float64).numpy() if hasattr(r, "detach") else r
+
+    if isinstance(result, dict):
+        return {k: widen(r) for k, r in result.items()}
     if not isinstance(result, (tuple, list)):
         result = (result,)
-    return [r.detach().to(torch.float64).numpy() if hasattr(r, "detach") else r for r in result]
+    return [widen(r) for r in result]
