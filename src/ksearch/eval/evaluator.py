@@ -337,7 +337,7 @@ class Evaluator:
         a = r = float("nan")
         if status is Status.PASSED:
             used: list[float] = []
-            status, msg, a, r = self.check_outputs(out_paths, want, axes, used=used)
+            status, msg, a, r = self.check_outputs(out_paths, want, axes, used=used, inputs=inputs)
             if used:
                 res.tolerance_used = max(res.tolerance_used or 0.0, *used)
         res.checks += status is not Status.REJECTED
@@ -451,10 +451,14 @@ class Evaluator:
         return np.fromfile(path, dt).reshape(shape)
 
     def check_outputs(self, out_paths: dict[str, Path], want: dict, axes: dict[str, int],
-                      errors: bool = True, used: list[float] | None = None) -> tuple[Status, str, float, float]:
+                      errors: bool = True, used: list[float] | None = None,
+                      inputs: dict | None = None) -> tuple[Status, str, float, float]:
         """Compare output files with the reference: (status, message, max abs error, max rel error); with
         ``errors=False`` the verdict only (the errors of a pass are NaN: see `compare`). ``used``: each output's
-        share of its tolerance is appended to it (`compare`)."""
+        share of its tolerance is appended to it (`compare`). A task with its own ``checker`` is judged by it on
+        ``inputs`` (`_task_check`)."""
+        if self.definition.checker is not None and inputs is not None:
+            return self._task_check(out_paths, want, axes, inputs)
         worst_abs = worst_rel = 0.0
         for name, spec in self.definition.outputs.items():
             got = self._read_output(out_paths[name], spec, axes)
@@ -466,6 +470,31 @@ class Evaluator:
             worst_abs, worst_rel = max(worst_abs, a), max(worst_rel, r)
             if status is not Status.PASSED:
                 return status, f"output {name!r}: {msg}", worst_abs, worst_rel
+        return Status.PASSED, "", worst_abs, worst_rel
+
+    def _task_check(self, out_paths: dict[str, Path], want: dict, axes: dict[str, int],
+                    inputs: dict) -> tuple[Status, str, float, float]:
+        """The task's own check (`ksearch.tasks.generated.run_checker`, e.g. GPU MODE's ``check_implementation``)
+        decides instead of the tolerance; a non-finite value where the reference is finite fails before it. The
+        errors against the reference are reported beside its verdict."""
+        from ksearch.tasks.generated import run_checker
+
+        got: dict[str, np.ndarray] = {}
+        worst_abs = worst_rel = 0.0
+        for name, spec in self.definition.outputs.items():
+            out = self._read_output(out_paths[name], spec, axes)
+            if isinstance(out, str):
+                return Status.REJECTED, out, float("nan"), float("nan")
+            got[name] = out
+            g = to_float64(out, spec.dtype)
+            if g.shape == want[name].shape and not np.isfinite(g[np.isfinite(want[name])]).all():
+                return Status.INCORRECT_NUMERICAL, f"output {name!r}: not finite where the reference is", \
+                    float("nan"), float("nan")
+            _, a, r, _ = compare(g, want[name], self.definition.tolerance_for(spec.dtype))
+            worst_abs, worst_rel = max(worst_abs, a), max(worst_rel, r)
+        ok, msg = run_checker(self.definition, inputs, got)
+        if not ok:
+            return Status.INCORRECT_NUMERICAL, f"the task's own check failed: {msg}", worst_abs, worst_rel
         return Status.PASSED, "", worst_abs, worst_rel
 
     def evict_library(self) -> Path | None:

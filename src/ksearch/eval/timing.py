@@ -496,7 +496,7 @@ class RoundTimer:
         """Compare ``c``'s outputs of this round with the reference. False (and ``c.failure``) when they are wrong."""
         inputs, _in_dir, _want, _args, _outs, axes = case
         want = self.judge.reference(self.wl, seed, inputs)
-        status, msg, _, _ = self.judge.check_outputs(c.out_paths, want, axes, errors=False)
+        status, msg, _, _ = self.judge.check_outputs(c.out_paths, want, axes, errors=False, inputs=inputs)
         if status is not Status.PASSED:
             self._fail(c, status, f"outputs of the timed calls (round {len(self.cand.times_ms) + 1}): {msg}")
             return False

@@ -171,3 +171,4 @@ def _builtin_sources() -> None:
         return
     _LOADED = True
     from ksearch.tasks import flashinfer  # noqa: F401 - registers itself
+    from ksearch.tasks import kernelbench  # noqa: F401 - registers itself

@@ -1,0 +1,268 @@
+"""KernelBench problem files as ksearch tasks (https://github.com/ScalingIntelligence/KernelBench, MIT).
+
+A problem file defines ``class Model(nn.Module)``, ``get_inputs()`` (the forward's arguments) and
+``get_init_inputs()`` (the constructor's), with the sizes as module-level constants. It loads as:
+
+- inputs: the forward's arguments (named after ``Model.forward``'s parameters), then every parameter and buffer of
+  ``Model(*get_init_inputs())`` (named by their path, dots as underscores: ``gemm.weight`` -> ``gemm_weight``), so
+  a kernel receives the weights; outputs: ``output`` (``output0``, ``output1``, ... for a tuple);
+- axes: every dimension of an input or output, ``const`` (a problem fixes its sizes), named after the first
+  module-level integer constant of that value (in source order, the first not yet used by the same tensor; a
+  dimension of 1 is never named after one), else ``<tensor>_d<i>``. Where constants share a value the name is a
+  guess (``in_features`` may name an ``out_features`` dimension), the value is right either way;
+- one workload, ``problem-sizes`` (``scaled-sizes`` where `load_kernelbench`'s ``sizes`` override constants);
+- inputs per (workload, seed) made by the problem itself, as KernelBench's harness makes them:
+  ``torch.manual_seed(seed); get_inputs()``, then ``torch.manual_seed(seed); Model(*get_init_inputs())`` for the
+  weights (the definition's ``input_generator``). The faithful option: ``torch.rand`` stays uniform [0, 1),
+  ``torch.randn`` normal, integer targets keep their range, and the weights have PyTorch's own initialisation
+  (``nn.Linear``'s kaiming-uniform, ``LayerNorm``'s ones and zeros). One difference: KernelBench initialises the
+  weights under one fixed seed for all its trials; here they are drawn again under each check's seed (a kernel
+  cannot bake them in);
+- the reference: the module's forward with the given inputs, parameters and buffers
+  (``torch.func.functional_call``; the module stays in training mode, as KernelBench runs it);
+- tolerance: KernelBench's ``get_tolerance_for_precision`` (atol = rtol = 1e-4 for float32, 1e-2 for float16 and
+  bfloat16).
+
+Shapes are learnt at load time on torch's ``meta`` device (no memory, whatever the sizes), falling back to real
+tensors where a problem's code cannot run there. The problem file is trusted code run in this process, as
+every reference is. ``sizes`` replaces the value of top-level assignments (``batch_size = 16``) in the source
+before it runs, so constants derived from them follow (``bias_shape = (out_features,)``): the tests use it to
+shrink GPU-sized problems.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+from ksearch.errors import TaskError
+from ksearch.tasks.definition import ConstAxis, Definition, TensorSpec, Workload
+from ksearch.tasks.importers import Source, register
+from ksearch.tasks.loader import Task
+
+#: KernelBench's correctness tolerance per output dtype (src/kernelbench/eval.py, get_tolerance_for_precision)
+TOLERANCE = {"float32": {"rtol": 1e-4, "atol": 1e-4}, "float16": {"rtol": 1e-2, "atol": 1e-2},
+             "bfloat16": {"rtol": 1e-2, "atol": 1e-2}}
+
+_WRAPPER = '''
+
+# --- added by ksearch's KernelBench importer: the forward with its weights as inputs, and the inputs' generator
+_KSEARCH_FORWARD = {forward!r}  # the forward's arguments, in order
+_KSEARCH_STATE = {state!r}  # input name -> the module's parameter or buffer
+_KSEARCH_MODEL = []
+
+
+def _ksearch_model():
+    import torch
+
+    if not _KSEARCH_MODEL:
+        torch.manual_seed(0)  # the values are replaced by the inputs' at every call
+        _KSEARCH_MODEL.append(Model(*get_init_inputs()))
+    return _KSEARCH_MODEL[0]
+
+
+def run(**inputs):
+    import torch
+
+    state = {{path: inputs[name] for name, path in _KSEARCH_STATE.items()}}
+    args = tuple(inputs[name] for name in _KSEARCH_FORWARD)
+    return torch.func.functional_call(_ksearch_model(), state, args)
+
+
+def generate(seed, **axes):
+    import torch
+
+    torch.manual_seed(seed)
+    values = dict(zip(_KSEARCH_FORWARD, get_inputs()))
+    torch.manual_seed(seed)
+    model = Model(*get_init_inputs())
+    tensors = dict(model.named_parameters())
+    tensors.update(model.named_buffers())
+    values.update({{name: tensors[path].detach() for name, path in _KSEARCH_STATE.items()}})
+    return values
+'''
+
+
+def is_kernelbench(path: Path) -> bool:
+    """A ``.py`` file defining ``Model``, ``get_inputs`` or ``get_init_inputs`` at its top level (one is enough: the
+    loader says which of the three is missing)."""
+    if path.suffix != ".py" or not path.is_file():
+        return False
+    try:
+        tree = ast.parse(path.read_text())
+    except (SyntaxError, ValueError, UnicodeDecodeError):
+        return False
+    names = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    return bool({"Model", "get_inputs", "get_init_inputs"} & names)
+
+
+def _constants(tree: ast.Module) -> list[str]:
+    """Names assigned at the module's top level, in source order."""
+    out: list[str] = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
+            else []
+        out += [t.id for t in targets if isinstance(t, ast.Name) and t.id not in out]
+    return out
+
+
+def override_sizes(source: str, sizes: dict[str, int], origin: str) -> str:
+    """The problem's source with the value of each top-level assignment ``NAME = ...`` named in ``sizes`` replaced
+    by the given integer (text outside those values untouched). Raises TaskError for a name the file does not
+    assign at its top level."""
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    edits = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id in sizes:
+            edits.append((node.value, sizes[node.targets[0].id]))
+    missing = set(sizes) - {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+                            if isinstance(t, ast.Name)}
+    if missing:
+        raise TaskError(f"{origin}: no top-level constant {sorted(missing)} to override; it assigns "
+                        f"{_constants(tree)}")
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line.encode()))
+    data = source.encode()
+    for value, new in sorted(edits, key=lambda e: (e[0].lineno, e[0].col_offset), reverse=True):
+        start = offsets[value.lineno - 1] + value.col_offset
+        end = offsets[value.end_lineno - 1] + value.end_col_offset  # type: ignore[operator]
+        data = data[:start] + repr(int(new)).encode() + data[end:]
+    return data.decode()
+
+
+def _run_problem(source: str, origin: str) -> dict:
+    """Execute the problem file; its namespace. Raises TaskError for a broken file or one without Model,
+    get_inputs or get_init_inputs."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise TaskError(f"{origin}: KernelBench problems need PyTorch; install it with `pip install torch==2.13.0` "
+                        "(CPU build)") from None
+    namespace: dict = {"__name__": "kernelbench_problem"}
+    try:
+        exec(compile(source, origin, "exec"), namespace)  # noqa: S102 - a task file, trusted as a reference is
+    except (Exception, SystemExit) as e:
+        raise TaskError(f"{origin} does not run: {type(e).__name__}: {e}") from None
+    missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not callable(namespace.get(n))]
+    if missing:
+        raise TaskError(f"{origin} is not a KernelBench problem: it defines no {', '.join(missing)}")
+    return namespace
+
+
+def _instantiate(ns: dict, origin: str, device: str):
+    """(forward arguments, model, output) of the problem on ``device`` (``meta``: shapes only)."""
+    import torch
+
+    with torch.device(device):
+        torch.manual_seed(0)
+        step = "get_init_inputs()"
+        try:
+            init = ns["get_init_inputs"]()
+            step = "Model(*get_init_inputs())"
+            model = ns["Model"](*init)
+            step = "get_inputs()"
+            args = list(ns["get_inputs"]())
+            step = "the forward"
+            with torch.no_grad():
+                out = model(*args)
+        except (Exception, SystemExit) as e:
+            raise TaskError(f"{origin}: {step} raised {type(e).__name__}: {e}") from None
+    return args, model, out
+
+
+def _dtype_name(t, what: str, origin: str) -> str:
+    name = str(t.dtype).removeprefix("torch.")
+    from ksearch.tasks.definition import DTYPE_BYTES
+
+    if name not in DTYPE_BYTES:
+        raise TaskError(f"{origin}: {what} is {name}, a dtype ksearch cannot hold ({', '.join(DTYPE_BYTES)})")
+    return name
+
+
+def load_kernelbench(path: Path, workloads: Path | None = None, sizes: dict[str, int] | None = None) -> Task:
+    """A KernelBench problem file as a Task (see the module docstring).
+
+    Args:
+        path: the problem ``.py`` file.
+        workloads: must be None (a problem fixes its sizes; override them with ``sizes``).
+        sizes: top-level constants to replace before the problem runs, e.g. ``{"batch_size": 4}``.
+
+    Raises:
+        TaskError: a workloads file, an unreadable file, a file without Model/get_inputs/get_init_inputs, a
+            constructor, get_inputs or forward that raises, an input or output of a dtype ksearch cannot hold,
+            or torch missing.
+    """
+    origin = str(path)
+    if workloads is not None:
+        raise TaskError(f"{origin}: a KernelBench problem fixes its sizes in the file; a workloads file does not "
+                        "apply (import it with `ksearch tasks import` and edit the task folder instead)")
+    try:
+        source = path.read_text()
+        tree = ast.parse(source)
+    except (OSError, UnicodeDecodeError) as e:
+        raise TaskError(f"cannot read {origin}: {e}") from None
+    except SyntaxError as e:
+        raise TaskError(f"{origin} is not valid Python: line {e.lineno}: {e.msg}") from None
+    if sizes:
+        source = override_sizes(source, sizes, origin)
+    ns = _run_problem(source, origin)
+    try:
+        args, model, out = _instantiate(ns, origin, "meta")
+    except TaskError:
+        args, model, out = _instantiate(ns, origin, "cpu")
+    constants = [(n, ns[n]) for n in _constants(tree) if type(ns.get(n)) is int and ns[n] > 1]
+    axes: dict[str, ConstAxis] = {}
+
+    def shape(name: str, t) -> list[str]:
+        dims = []
+        for i, d in enumerate(t.shape):
+            # equal-valued constants: the first not yet used in this tensor (a guess; the values agree either way)
+            same = [c for c, v in constants if v == d]
+            ax = next((c for c in same if c not in dims), same[0] if same else f"{name}_d{i}")
+            axes.setdefault(ax, ConstAxis(type="const", value=int(d)))
+            dims.append(ax)
+        return dims
+
+    def spec(name: str, value, what: str) -> TensorSpec:
+        if hasattr(value, "shape"):
+            return TensorSpec(shape=shape(name, value), dtype=_dtype_name(value, what, origin))
+        kind = "bool" if isinstance(value, bool) else "int64" if isinstance(value, int) else "float64"
+        return TensorSpec(shape=None, dtype=kind)
+
+    params = [p for p in inspect.signature(model.forward).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    forward = [p.name for p in params[:len(args)]] + [f"input{i}" for i in range(len(params), len(args))]
+    inputs = {name: spec(name, a, f"forward argument {name!r}") for name, a in zip(forward, args)}
+    state: dict[str, str] = {}
+    for path_, t in [*model.named_parameters(), *model.named_buffers()]:
+        name = path_.replace(".", "_")
+        name = f"param_{name}" if name in inputs else name
+        state[name] = path_
+        inputs[name] = spec(name, t, f"parameter {path_!r}")
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    out_names = ["output"] if len(outs) == 1 else [f"output{i}" for i in range(len(outs))]
+    outputs = {n: spec(n, o, f"output {n!r}") for n, o in zip(out_names, outs)}
+    if any(s.shape is None for s in outputs.values()):
+        raise TaskError(f"{origin}: the forward returns a non-tensor; ksearch compares tensors")
+    level = path.parent.name if path.parent.name.startswith("level") else None
+    doc = inspect.getdoc(ns["Model"]) or ""
+    wrapper = _WRAPPER.format(forward=forward, state=state)
+    try:
+        definition = Definition(
+            name=f"{level}-{path.stem}" if level else path.stem, op_type="kernelbench",
+            tags=["kernelbench", *([level] if level else [])],
+            description=(doc.strip().splitlines() or [f"KernelBench problem {path.name}"])[0] + f" ({path.name})",
+            axes=dict(axes), inputs=inputs, outputs=outputs, reference=source + wrapper,
+            input_generator=source + wrapper, tolerance=TOLERANCE, reference_backend="torch")
+    except ValueError as e:
+        raise TaskError(f"{origin}: cannot describe the problem as a task: {e}") from None
+    workload = Workload(axes={}, name="scaled-sizes" if sizes else "problem-sizes")
+    return Task(definition, [workload], {}, origin)
+
+
+register(Source(kind="kernelbench", detect=is_kernelbench, load=lambda p, w: load_kernelbench(p, w),
+                summary="a KernelBench problem file (Model, get_inputs, get_init_inputs)"))

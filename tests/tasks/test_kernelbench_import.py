@@ -1,0 +1,195 @@
+"""KernelBench problem files (tests/fixtures/kernelbench, copied unchanged: see its NOTICE) load as tasks and a naive
+C kernel passes the judge on each, at sizes shrunk through the importer's ``sizes`` (the files keep their own)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="KernelBench problems are PyTorch modules: pip install torch==2.13.0")
+
+from ksearch.errors import TaskError  # noqa: E402
+from ksearch.eval.evaluator import EvalConfig, Evaluator  # noqa: E402
+from ksearch.protocol import TimingPlan  # noqa: E402
+from ksearch.records import Candidate, Status  # noqa: E402
+from ksearch.tasks import load_task  # noqa: E402
+from ksearch.tasks.inputs import make_inputs  # noqa: E402
+from ksearch.tasks.kernelbench import load_kernelbench  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kernelbench"
+QUICK = TimingPlan(warmup=1, min_repeats=3, max_repeats=5, min_time_s=0.0, max_time_s=1.0, flush_bytes=1 << 20)
+H = "#include <stdint.h>\n#include <math.h>\n"
+GEMM = """
+    for (int64_t b = 0; b < batch_size; b++)
+        for (int64_t o = 0; o < out_features; o++) {
+            float acc = 0.0f;
+            for (int64_t i = 0; i < in_features; i++) acc += x[b * in_features + i] * W[o * in_features + i];
+            float y = EPILOGUE;
+            output[b * out_features + o] = y;
+        }
+}"""
+
+#: problem -> (size overrides, naive C kernel: inputs, weights, outputs, then the axes in the task's order)
+PROBLEMS = {
+    "level1/19_ReLU.py": ({"batch_size": 4, "dim": 300}, H + """
+void run(const float *x, float *output, int64_t batch_size, int64_t dim) {
+    for (int64_t i = 0; i < batch_size * dim; i++) output[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}"""),
+    "level1/23_Softmax.py": ({"batch_size": 4, "dim": 300}, H + """
+void run(const float *x, float *output, int64_t batch_size, int64_t dim) {
+    for (int64_t b = 0; b < batch_size; b++) {
+        const float *r = x + b * dim;
+        float m = r[0], s = 0.0f;
+        for (int64_t i = 1; i < dim; i++) m = r[i] > m ? r[i] : m;
+        for (int64_t i = 0; i < dim; i++) s += expf(r[i] - m);
+        for (int64_t i = 0; i < dim; i++) output[b * dim + i] = expf(r[i] - m) / s;
+    }
+}"""),
+    "level1/2_Standard_matrix_multiplication_.py": ({"M": 8, "K": 16, "N": 12}, H + """
+void run(const float *A, const float *B, float *output, int64_t M, int64_t K, int64_t N) {
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < K; k++) acc += A[i * K + k] * B[k * N + j];
+            output[i * N + j] = acc;
+        }
+}"""),
+    "level1/47_Sum_reduction_over_a_dimension.py": ({"batch_size": 3, "dim1": 5, "dim2": 7}, H + """
+void run(const float *x, float *output, int64_t batch_size, int64_t dim1, int64_t dim2, int64_t output_d1) {
+    for (int64_t b = 0; b < batch_size; b++)
+        for (int64_t j = 0; j < dim2; j++) {
+            float s = 0.0f;
+            for (int64_t i = 0; i < dim1; i++) s += x[(b * dim1 + i) * dim2 + j];
+            output[b * dim2 + j] = s;
+        }
+}"""),
+    "level1/40_LayerNorm.py": ({"batch_size": 2, "features": 3, "dim1": 4, "dim2": 5}, H + """
+void run(const float *x, const float *w, const float *bias, float *output, int64_t batch_size, int64_t features,
+         int64_t dim1, int64_t dim2) {
+    int64_t n = features * dim1 * dim2;
+    for (int64_t b = 0; b < batch_size; b++) {
+        const float *r = x + b * n;
+        double mean = 0.0, var = 0.0;
+        for (int64_t i = 0; i < n; i++) mean += r[i];
+        mean /= n;
+        for (int64_t i = 0; i < n; i++) var += (r[i] - mean) * (r[i] - mean);
+        var /= n;
+        float inv = 1.0f / sqrtf((float)var + 1e-5f);
+        for (int64_t i = 0; i < n; i++) output[b * n + i] = ((float)(r[i] - mean)) * inv * w[i] + bias[i];
+    }
+}"""),
+    "level2/76_Gemm_Add_ReLU.py": ({"batch_size": 4, "in_features": 16, "out_features": 8}, H + """
+void run(const float *x, const float *bias, const float *W, float *output, int64_t batch_size,
+         int64_t in_features, int64_t out_features) {""" + GEMM.replace("EPILOGUE", "fmaxf(acc + bias[o], 0.0f)")),
+    "level2/12_Gemm_Multiply_LeakyReLU.py": ({"batch_size": 4, "in_features": 16, "out_features": 8}, H + """
+void run(const float *x, const float *W, const float *bias, float *output, int64_t batch_size,
+         int64_t in_features, int64_t out_features) {""" + GEMM.replace(
+        "EPILOGUE", "(acc + bias[o]) * 2.0f;\n            y = y > 0.0f ? y : 0.1f * y")),
+    "level2/9_Matmul_Subtract_Multiply_ReLU.py": ({"batch_size": 4, "in_features": 16, "out_features": 8}, H + """
+void run(const float *x, const float *W, const float *bias, float *output, int64_t batch_size,
+         int64_t in_features, int64_t out_features) {""" + GEMM.replace(
+        "EPILOGUE", "fmaxf((acc + bias[o] - 2.0f) * 1.5f, 0.0f)")),
+}
+
+
+def load(rel: str):
+    sizes, _ = PROBLEMS[rel]
+    return load_kernelbench(FIXTURES / rel, sizes=sizes)
+
+
+def test_the_fixtures_are_eight_problems_of_both_levels():
+    files = sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.rglob("*.py"))
+    assert files == sorted(PROBLEMS)
+    assert {f.split("/")[0] for f in files} == {"level1", "level2"}
+
+
+@pytest.mark.parametrize("rel", sorted(PROBLEMS))
+def test_naive_kernel_passes_on_each_problem(rel):
+    task = load(rel)
+    ev = Evaluator(task, config=EvalConfig(seeds=[3, 4], timeout_s=20.0, timing=QUICK))
+    try:
+        res = ev.evaluate(Candidate(target="cpu", sources={"kernel.c": PROBLEMS[rel][1]}), timing=False)
+    finally:
+        ev.close()
+    assert res.status is Status.PASSED, res.workloads[0].message
+
+
+def test_problem_loads_at_its_own_sizes_without_allocating_them():
+    """ReLU is 4096 x 393216 floats (6 GiB): the shapes are learnt on the meta device."""
+    task = load_task(FIXTURES / "level1/19_ReLU.py")
+    d = task.definition
+    assert d.name == "level1-19_ReLU" and "kernelbench" in d.tags
+    assert {k: a.value for k, a in d.axes.items()} == {"batch_size": 4096, "dim": 393216}
+    assert d.inputs["x"].shape == ["batch_size", "dim"] and d.outputs["output"].shape == ["batch_size", "dim"]
+    assert [w.name for w in task.workloads] == ["problem-sizes"]
+    assert d.tolerance_for("float32").rtol == 1e-4  # KernelBench's fp32 tolerance
+
+
+def test_weights_are_inputs_named_and_shaped_and_derived_constants_follow_an_override():
+    d = load("level2/76_Gemm_Add_ReLU.py").definition
+    assert list(d.inputs) == ["x", "bias", "gemm_weight"]
+    assert d.inputs["gemm_weight"].shape == ["out_features", "in_features"]
+    assert d.inputs["bias"].shape == ["out_features"]  # bias_shape = (out_features,) followed the override
+    assert [a.value for a in d.axes.values()] == [4, 16, 8]
+
+
+def test_inputs_are_the_problems_own_under_the_seed():
+    """get_inputs() under torch.manual_seed(seed), then the module's weights under the same seed: torch.rand stays
+    uniform [0, 1), Linear keeps its kaiming-uniform initialisation, and a new seed gives new values."""
+    task = load("level2/9_Matmul_Subtract_Multiply_ReLU.py")
+    wl = task.workloads[0]
+    got = make_inputs(task.definition, wl, 7)
+    torch.manual_seed(7)
+    assert np.array_equal(got["x"], torch.rand(4, 16).numpy())
+    torch.manual_seed(7)
+    lin = torch.nn.Linear(16, 8)
+    assert np.array_equal(got["linear_weight"], lin.weight.detach().numpy())
+    assert got["linear_weight"].dtype == np.float32 and np.abs(got["linear_weight"]).max() <= 1 / 4  # 1/sqrt(16)
+    assert not np.array_equal(make_inputs(task.definition, wl, 8)["x"], got["x"])
+
+
+def test_wrong_kernel_fails_and_naive_kernel_is_timed():
+    task = load("level1/19_ReLU.py")
+    ev = Evaluator(task, config=EvalConfig(seeds=[5], timeout_s=20.0, timing=QUICK))
+    wrong = PROBLEMS["level1/19_ReLU.py"][1].replace("x[i] > 0.0f ? x[i] : 0.0f", "x[i] > 0.5f ? x[i] : 0.0f")
+    try:
+        bad = ev.evaluate(Candidate(target="cpu", sources={"kernel.c": wrong}), timing=False)
+        task.naive_sources["cpu"] = PROBLEMS["level1/19_ReLU.py"][1]
+        timed = ev.measure_naive(task.workloads)
+    finally:
+        ev.close()
+    assert bad.status is Status.INCORRECT_NUMERICAL
+    assert timed.status is Status.PASSED and timed.workloads[0].median_ms is not None
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    f = tmp_path / "problem.py"
+    f.write_text(text)
+    return f
+
+
+def test_a_file_without_model_is_a_clear_task_error(tmp_path):
+    f = write(tmp_path, "import torch\n\ndef get_inputs():\n    return [torch.rand(2)]\n\n"
+                        "def get_init_inputs():\n    return []\n")
+    with pytest.raises(TaskError, match="defines no Model"):
+        load_task(f)
+
+
+def test_get_inputs_that_raises_is_a_clear_task_error(tmp_path):
+    f = write(tmp_path, "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n\n"
+                        "def get_inputs():\n    raise ValueError('no inputs today')\n\n"
+                        "def get_init_inputs():\n    return []\n")
+    with pytest.raises(TaskError, match=r"get_inputs\(\) raised ValueError: no inputs today"):
+        load_task(f)
+
+
+def test_an_override_of_an_unknown_constant_names_it(tmp_path):
+    with pytest.raises(TaskError, match="no top-level constant \\['batch'\\]"):
+        load_kernelbench(FIXTURES / "level1/19_ReLU.py", sizes={"batch": 2})
+
+
+def test_a_workloads_file_is_refused_with_the_reason(tmp_path):
+    with pytest.raises(TaskError, match="fixes its sizes"):
+        load_kernelbench(FIXTURES / "level1/19_ReLU.py", tmp_path / "w.jsonl")
