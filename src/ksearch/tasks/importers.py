@@ -172,3 +172,4 @@ def _builtin_sources() -> None:
     _LOADED = True
     from ksearch.tasks import flashinfer  # noqa: F401 - registers itself
     from ksearch.tasks import kernelbench  # noqa: F401 - registers itself
+    from ksearch.tasks import gpumode  # noqa: F401 - registers itself

@@ -1,0 +1,129 @@
+"""GPU MODE-style problem folders (tests/fixtures/gpumode: look-alikes written for ksearch, never GPU MODE's own files)
+load as tasks whose data comes from ``generate_input`` and whose verdict is the problem's ``check_implementation``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="GPU MODE problems are PyTorch code: pip install torch==2.13.0")
+
+from ksearch.errors import TaskError  # noqa: E402
+from ksearch.eval.evaluator import EvalConfig, Evaluator  # noqa: E402
+from ksearch.protocol import TimingPlan  # noqa: E402
+from ksearch.records import Candidate, Status  # noqa: E402
+from ksearch.tasks import load_task  # noqa: E402
+from ksearch.tasks.importers import import_task, write_task_dir  # noqa: E402
+from ksearch.tasks.inputs import make_inputs  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+GPUMODE = FIXTURES / "gpumode"
+QUICK = TimingPlan(warmup=1, min_repeats=3, max_repeats=5, min_time_s=0.0, max_time_s=1.0, flush_bytes=1 << 20)
+
+VECTORADD = """#include <stdint.h>
+void run(const float *A, const float *B, float *output, int64_t size) {
+    for (int64_t i = 0; i < size * size; i++) output[i] = A[i] + B[i] + EPS;
+}"""
+ROWSUM = """#include <stdint.h>
+void run(const float *x, const float *out, float *output, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; r++) {
+        float s = 0.0f;
+        for (int64_t c = 0; c < cols - SKIP; c++) s += x[r * cols + c];
+        output[r] = s;
+    }
+}"""
+
+
+def judge(task, source: str, timing: bool = False, seeds=(1, 2)):
+    ev = Evaluator(task, config=EvalConfig(seeds=list(seeds), timeout_s=20.0, timing=QUICK))
+    try:
+        return ev.evaluate(Candidate(target="cpu", sources={"kernel.c": source}), timing=timing)
+    finally:
+        ev.close()
+
+
+def test_folder_loads_with_sizes_as_axes_and_tests_as_check_workloads():
+    task = load_task(GPUMODE / "vectoradd_py")
+    d = task.definition
+    assert list(d.axes) == ["size"] and d.axes["size"].type == "var"
+    assert {k: s.shape for k, s in d.inputs.items()} == {"A": ["size", "size"], "B": ["size", "size"]}
+    assert d.outputs["output"].shape == ["size", "size"] and d.outputs["output"].dtype == "float32"
+    assert [(w.name, w.purpose, w.axes) for w in task.workloads] == [
+        ("test0-size16", "check", {"size": 16}), ("test1-size33", "check", {"size": 33}),
+        ("bench0-size64", "bench", {"size": 64})]
+
+
+def test_data_comes_from_generate_input_with_the_checks_seed():
+    task = load_task(GPUMODE / "vectoradd_py")
+    got = make_inputs(task.definition, task.workloads[0], 5)
+    gen = torch.Generator()
+    gen.manual_seed(5)
+    assert np.array_equal(got["A"], torch.randn(16, 16, generator=gen).numpy())
+    assert np.array_equal(got["B"], torch.randn(16, 16, generator=gen).numpy())
+
+
+def test_naive_kernel_passes_the_problems_own_check_and_is_timed():
+    task = load_task(GPUMODE / "vectoradd_py")
+    res = judge(task, VECTORADD.replace("EPS", "0.0f"), timing="bench")
+    assert res.status is Status.PASSED, [w.message for w in res.workloads]
+    assert [w.median_ms is not None for w in res.workloads] == [False, False, True]
+
+
+def test_a_kernel_within_ksearchs_tolerance_fails_the_problems_tighter_check():
+    """An error of 1e-4 passes ksearch's default float32 tolerance (atol 2e-3), not the problem's own (1e-6)."""
+    res = judge(load_task(GPUMODE / "vectoradd_py"), VECTORADD.replace("EPS", "1e-4f"))
+    assert res.status is Status.INCORRECT_NUMERICAL
+    assert "the task's own check failed: mismatch" in res.workloads[0].message
+
+
+def test_nan_fails_before_the_check():
+    res = judge(load_task(GPUMODE / "vectoradd_py"), VECTORADD.replace("EPS", "__builtin_nanf(\"\")"))
+    assert res.status is Status.INCORRECT_NUMERICAL and "not finite" in res.workloads[0].message
+
+
+def test_an_output_buffer_in_the_data_is_a_read_only_input_and_the_scaled_check_judges():
+    task = load_task(GPUMODE / "rowsum_py")
+    d = task.definition
+    assert list(d.inputs) == ["x", "out"] and list(d.outputs) == ["output"]
+    assert judge(task, ROWSUM.replace("SKIP", "0"), seeds=(3,)).status is Status.PASSED
+    wrong = judge(task, ROWSUM.replace("SKIP", "1"), seeds=(3,))
+    assert wrong.status is Status.INCORRECT_NUMERICAL and "own check" in wrong.workloads[0].message
+
+
+def test_an_imported_folder_stands_alone(tmp_path):
+    """`ksearch tasks import` writes the problem's modules into the definition: the folder loads and judges
+    without the original files."""
+    out = write_task_dir(import_task(GPUMODE / "vectoradd_py"), tmp_path / "task")
+    task = load_task(out)
+    assert task.definition.checker and [w.name for w in task.workloads][0] == "test0-size16"
+    assert judge(task, VECTORADD.replace("EPS", "0.0f"), seeds=(9,)).status is Status.PASSED
+
+
+def test_kernelbench_problem_imports_to_a_folder_that_judges(tmp_path):
+    from ksearch.tasks.kernelbench import load_kernelbench
+
+    task = load_kernelbench(FIXTURES / "kernelbench/level1/19_ReLU.py", sizes={"batch_size": 2, "dim": 50})
+    loaded = load_task(write_task_dir(task, tmp_path / "relu"))
+    relu = "#include <stdint.h>\nvoid run(const float *x, float *output, int64_t batch_size, int64_t dim) {\n" \
+           "    for (int64_t i = 0; i < batch_size * dim; i++) output[i] = x[i] > 0.0f ? x[i] : 0.0f;\n}"
+    assert judge(loaded, relu, seeds=(4,)).status is Status.PASSED
+
+
+def test_a_folder_without_check_implementation_is_a_clear_task_error():
+    with pytest.raises(TaskError, match="defines no check_implementation"):
+        load_task(GPUMODE / "broken_py")
+
+
+def test_a_generate_input_that_raises_is_a_clear_task_error(tmp_path):
+    folder = tmp_path / "bad_py"
+    folder.mkdir()
+    (folder / "task.yml").write_text('files:\n  - {"name": "reference.py", "source": "reference.py"}\n'
+                                     'tests:\n  - {"size": 4, "seed": 1}\n')
+    (folder / "reference.py").write_text("def generate_input(size, seed):\n    raise RuntimeError('no device')\n\n"
+                                         "def ref_kernel(data):\n    return data\n\n"
+                                         "def check_implementation(data, output):\n    return True\n")
+    with pytest.raises(TaskError, match=r"generate_input\(\{'size': 4\}, seed=1\) for test0-size4 raised "
+                                        "RuntimeError: no device"):
+        load_task(folder)
