@@ -193,3 +193,11 @@ def test_an_override_of_an_unknown_constant_names_it(tmp_path):
 def test_a_workloads_file_is_refused_with_the_reason(tmp_path):
     with pytest.raises(TaskError, match="fixes its sizes"):
         load_kernelbench(FIXTURES / "level1/19_ReLU.py", tmp_path / "w.jsonl")
+
+
+def test_the_command_line_spelling_overrides_sizes():
+    task = load_task(f"{FIXTURES / 'level1/19_ReLU.py'}:batch_size=2,dim=10")
+    assert {k: a.value for k, a in task.definition.axes.items()} == {"batch_size": 2, "dim": 10}
+    assert [w.name for w in task.workloads] == ["scaled-sizes"]
+    with pytest.raises(TaskError, match="'dim=ten' is not NAME=INTEGER"):
+        load_task(f"{FIXTURES / 'level1/19_ReLU.py'}:dim=ten")

@@ -27,7 +27,7 @@ Shapes are learnt at load time on torch's ``meta`` device (no memory, whatever t
 tensors where a problem's code cannot run there. The problem file is trusted code run in this process, as
 every reference is. ``sizes`` replaces the value of top-level assignments (``batch_size = 16``) in the source
 before it runs, so constants derived from them follow (``bias_shape = (out_features,)``): the tests use it to
-shrink GPU-sized problems.
+shrink GPU-sized problems, and a command line spells it ``PROBLEM.py:batch_size=4,dim=256`` (`split_sizes`).
 """
 
 from __future__ import annotations
@@ -84,9 +84,32 @@ def generate(seed, **axes):
 '''
 
 
+def split_sizes(path: Path) -> tuple[Path, dict[str, int] | None]:
+    """``PROBLEM.py:batch_size=4,dim=300`` (the spelling that shrinks a problem on the command line) -> (the file,
+    the size overrides); a plain path -> (path, None). Raises TaskError for an override that is not NAME=INTEGER."""
+    text = str(path)
+    if ".py:" not in text:
+        return path, None
+    file, _, spec = text.rpartition(".py:")
+    sizes: dict[str, int] = {}
+    for item in filter(None, spec.split(",")):
+        name, eq, value = item.partition("=")
+        try:
+            sizes[name.strip()] = int(value)
+        except ValueError:
+            eq = ""
+        if not eq or not name.strip().isidentifier():
+            raise TaskError(f"{path}: size override {item!r} is not NAME=INTEGER (e.g. {file}.py:batch_size=4,dim=256)")
+    return Path(file + ".py"), sizes
+
+
 def is_kernelbench(path: Path) -> bool:
     """A ``.py`` file defining ``Model``, ``get_inputs`` or ``get_init_inputs`` at its top level (one is enough: the
     loader says which of the three is missing)."""
+    try:
+        path = split_sizes(path)[0]
+    except TaskError:
+        return True  # a malformed override of a problem file: its loader says why
     if path.suffix != ".py" or not path.is_file():
         return False
     try:
@@ -264,5 +287,11 @@ def load_kernelbench(path: Path, workloads: Path | None = None, sizes: dict[str,
     return Task(definition, [workload], {}, origin)
 
 
-register(Source(kind="kernelbench", detect=is_kernelbench, load=lambda p, w: load_kernelbench(p, w),
-                summary="a KernelBench problem file (Model, get_inputs, get_init_inputs)"))
+def _load(path: Path, workloads: Path | None) -> Task:
+    file, sizes = split_sizes(path)
+    return load_kernelbench(file, workloads, sizes)
+
+
+register(Source(kind="kernelbench", detect=is_kernelbench, load=_load,
+                summary="a KernelBench problem file (Model, get_inputs, get_init_inputs); PROBLEM.py:NAME=N,... "
+                        "overrides its size constants"))
