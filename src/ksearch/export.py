@@ -150,7 +150,7 @@ def export_run(run: str, out: Path | None = None) -> Path:
         raise ExportError(f"run {info['id']} has no best kernel yet ({best} is missing): finish it with "
                           f"`ksearch resume {info['id']}`")
     candidate = Candidate.model_validate_json(best.read_text())
-    task = load_task(cfg.get("task") or info["task"])
+    task = load_task(cfg.get("task") or info["task"], workloads=cfg.get("workloads_file"))
     return export_candidate(candidate, task.definition, out or best.parent / f"{task.definition.op_type}_mlx.py",
                             {"run": info["id"], "task": task.definition.name,
                              "node": getattr(candidate, "node_id", None), "candidate": candidate.id})

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ksearch.cli.options import positive_seconds
+from ksearch.cli.options import TASK_HELP, WORKLOADS_FILE_HELP, positive_seconds, workloads_args
 from ksearch.errors import TargetError, TaskError
 from ksearch.eval.evaluator import EvalConfig, Evaluator
 from ksearch.records import Candidate
@@ -26,12 +26,14 @@ console = Console(stderr=True)
 
 
 def eval_command(
-    task: str = typer.Argument(..., help="Built-in task name, task directory or definition file."),
+    task: str = typer.Argument(..., help=TASK_HELP),
     kernel: Path = typer.Argument(..., help=f"Kernel source file ({suffixes_help()}), or a candidate JSON (`ksearch "
                                   "knowledge render -o`, a run's best/candidate.json: its sources, entry point, flags "
                                   "and launch plan as they are)."),
     target: str = typer.Option("cpu", help=f"Target that compiles and runs the kernel: {targets_help()}."),
-    workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all)."),
+    workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all), "
+                                  "or a workloads file (as --workloads-file)."),
+    workloads_file: str = typer.Option("", "--workloads-file", help=WORKLOADS_FILE_HELP),
     seeds: int = typer.Option(3, min=1, help="Correctness checks per workload, each on fresh random inputs."),
     seed: int | None = typer.Option(None, min=0, help="Base seed for the inputs (default: fresh random)."),
     timeout: float = typer.Option(60.0, help="Seconds one kernel call may take before it is killed.",
@@ -46,7 +48,8 @@ def eval_command(
                                    "fallback when CUDA does not initialise inside the jail)."),
 ) -> None:
     """Compile KERNEL, check it against TASK's reference on every workload, time it, compare with the naive kernel."""
-    t = load_task(task)
+    names, wfile = workloads_args(workloads, workloads_file)
+    t = load_task(task, workloads=wfile)
     try:
         source = kernel.read_text()
     except OSError as e:
@@ -59,7 +62,6 @@ def eval_command(
             given = Candidate.model_validate_json(source)
         except ValueError as e:
             raise TaskError(f"{kernel} is not a candidate JSON: {str(e).splitlines()[0]}") from None
-    names = [n.strip() for n in workloads.split(",") if n.strip()] or None
     selected = t.select(names)
     target = resolve_target(target)
     if given is not None and given.target != target:

@@ -20,6 +20,25 @@ TIME_LIMIT_HELP = ("Seconds of search (wall clock) after which no new evaluation
                    "large workloads, minutes). The run stays resumable.")
 
 
+#: help of the task argument (run, eval, tasks show, tasks import)
+TASK_HELP = ("Built-in task name, task folder, definition file (.json/.yaml; its workloads found beside it: "
+             "<stem>.jsonl, or a flashinfer-bench dataset's workloads/<op_type>/<stem>.jsonl), or a flashinfer-bench "
+             "dataset root plus a definition name, ROOT/NAME (e.g. flashinfer-trace/rmsnorm_h4096).")
+#: help of ``--workloads-file``
+WORKLOADS_FILE_HELP = ("A workloads file (JSONL: one Workload, or flashinfer-bench trace with a workload field, a "
+                       "line) replacing the task's own workloads.")
+
+
+def workloads_args(names: str, file: str) -> tuple[list[str] | None, str | None]:
+    """(workload names, workloads file) from ``-w/--workloads`` and ``--workloads-file``: a ``--workloads`` value
+    that is an existing file is taken as the workloads file (``--workloads FILE.jsonl``)."""
+    from pathlib import Path
+
+    if names and not file and Path(names).is_file():
+        return None, names
+    return [n.strip() for n in names.split(",") if n.strip()] or None, file or None
+
+
 def refuse(message: str) -> NoReturn:
     """A user error found once the options are parsed (flags that contradict each other): ``error: message`` on
     one line of stderr, exit status 2, like every other user error (`ksearch.cli.main`)."""

@@ -12,9 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ksearch.cli.options import (EXECUTOR_HELP, RAY_ADDRESS_HELP, STRATEGY_HELP, TIME_LIMIT_HELP, WORKERS_HELP,
-                                 executor_settings, llm_settings, positive_seconds, refuse, strategy_kind,
-                                 targets_help)
+from ksearch.cli.options import (EXECUTOR_HELP, RAY_ADDRESS_HELP, STRATEGY_HELP, TASK_HELP, TIME_LIMIT_HELP,
+                                 WORKERS_HELP, WORKLOADS_FILE_HELP, executor_settings, llm_settings, positive_seconds,
+                                 refuse, strategy_kind, targets_help, workloads_args)
 from ksearch.errors import LLMBudgetExhausted, LLMError, LLMUnavailable
 from ksearch.llm.settings import infer_backend
 from ksearch.records import FinalReport
@@ -173,7 +173,7 @@ def _print_summary(session: Session, report: FinalReport, as_json: bool) -> None
 
 
 def run_command(
-    task: str = typer.Argument("selective-scan", help="Built-in task name, task directory or definition file."),
+    task: str = typer.Argument("selective-scan", help=TASK_HELP),
     target: str = typer.Option("cpu", help=f"Where kernels run: {targets_help()} (docs/cuda-target.md, "
                                             "docs/triton-target.md, docs/mlx-target.md)."),
     budget: int = typer.Option(40, min=1, help="Candidate evaluations to spend (the naive baseline not counted)."),
@@ -183,7 +183,9 @@ def run_command(
                                           "--command or --queue-dir)."),
     timeout: float = typer.Option(60.0, help="Seconds one kernel call may take before it is killed.",
                                   callback=positive_seconds),
-    workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all)."),
+    workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all), "
+                                  "or a workloads file (as --workloads-file)."),
+    workloads_file: str = typer.Option("", "--workloads-file", help=WORKLOADS_FILE_HELP),
     time_limit: float | None = typer.Option(None, "--time-limit", min=1.0, help=TIME_LIMIT_HELP),
     stagnation: int = typer.Option(5, min=1, help="Evaluations without a new best before backing off to "
                                                    "a competing branch."),
@@ -217,9 +219,17 @@ def run_command(
     ray_address: str = typer.Option("", help=RAY_ADDRESS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the final summary as one JSON object."),
 ) -> None:
-    """Search for a faster kernel for TASK, guided by the world model; resumable with `ksearch resume`."""
+    """Search for a faster kernel for TASK, guided by the world model; resumable with `ksearch resume`.
+
+    TASK may come from flashinfer-bench: `ksearch run DATASET/NAME` loads definition NAME of a flashinfer-bench
+    dataset (definitions/<op_type>/NAME.json, its workloads/<op_type>/NAME.jsonl and the safetensors blobs they
+    name); `ksearch run def.json --workloads-file w.jsonl` a definition file with workloads from elsewhere. A
+    search needs a naive kernel for the target (naive.<target>.<ext>: `ksearch tasks import SRC -o DIR` writes a
+    task folder to put it in) and, with the default patterns proposer, a knowledge pack for the task; without
+    one, run it with a model: --model MODEL (or --proposer llm --backend command --command CMD, or --backend queue
+    --queue-dir DIR)."""
     executor_settings(workers, executor, ray_address)
-    names = [n.strip() for n in workloads.split(",") if n.strip()] or None
+    names, workloads_file_ = workloads_args(workloads, workloads_file)
     llm = None
     implied = any((model, planner_model, coder_model, command, queue_dir)) or backend in ("command", "queue")
     if proposer and proposer != "llm" and implied:
@@ -253,19 +263,43 @@ def run_command(
     else:
         proposer = proposer or "patterns"
     target = resolve_target(target)
+    if proposer == "patterns":
+        _pack_or_hint(task, workloads_file_, target)
     offline = get_target(target).checks_without_device
     if offline is not None and proposer == "patterns":
         why = get_target(target).available()
         if why:
             _checked_without_device(task, target, offline, names, why)
     cfg = RunConfig(task=task, target=target, budget=budget, seed=seed, proposer=proposer, timeout_s=timeout,
-                    workloads=names, llm=llm,
+                    workloads=names, workloads_file=workloads_file_, llm=llm,
                     strategy=StrategyConfig(seed=seed, stagnation_window=stagnation, kind=strategy_kind(strategy),
                                             # evolve and random with a model: no planner, improvements of parents
                                             spawn=proposer == "llm" and strategy != "worldmodel"),
                     **executor_settings(workers, executor, ray_address))
     with Session.create(cfg) as session:
         _drive(session, as_json, time_limit)
+
+
+def _pack_or_hint(task: str, workloads_file: str | None, target: str) -> None:
+    """The patterns proposer needs a knowledge pack for the task on the target: without one, refuse (exit 2)
+    saying how to run the task with a model instead."""
+    from ksearch.errors import KnowledgeError
+    from ksearch.knowledge.pack import load_pack
+    from ksearch.tasks import load_task
+
+    t = load_task(task, workloads=workloads_file)
+    if get_target(target).naive_candidate(t) is None:
+        return  # the session says that first: no search starts without a naive kernel
+    try:
+        load_pack(t.name, target)
+    except KnowledgeError as e:
+        if not str(e).startswith("no knowledge pack"):
+            raise
+        refuse(f"{e}. The patterns proposer (the default) composes kernels from a knowledge pack, and none covers "
+               f"task {t.name!r} on {target}: run it with a model instead, e.g. `ksearch run {task} --target "
+               f"{target} --model MODEL` (--backend openai|anthropic with --base-url/--api-key-env for an endpoint, "
+               "--backend command --command CMD for a program that answers a prompt on stdin, or --backend queue "
+               "--queue-dir DIR to answer the prompts yourself)")
 
 
 def _checked_without_device(task: str, target: str, offline: OfflineChecks, names: list[str] | None,

@@ -1,17 +1,20 @@
-"""``ksearch tasks``: list tasks and show one definition."""
+"""``ksearch tasks``: list tasks, show one definition, import one from another ecosystem."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
 import yaml
 from rich.table import Table
 
+from ksearch.cli.options import TASK_HELP, WORKLOADS_FILE_HELP
 from ksearch.report.tables import wide_console
 from ksearch.tasks import builtin_names, load_task
 
-app = typer.Typer(help="List the built-in tasks or show one.", invoke_without_command=True)
+app = typer.Typer(help="List the built-in tasks, show one, or import one from another ecosystem.",
+                  invoke_without_command=True)
 console = wide_console()
 
 
@@ -43,10 +46,11 @@ def tasks(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help
 
 
 @app.command("show")
-def show(task: str = typer.Argument(..., help="Built-in task name, task directory or definition file."),
+def show(task: str = typer.Argument(..., help=TASK_HELP),
+         workloads_file: str = typer.Option("", "--workloads-file", "--workloads", help=WORKLOADS_FILE_HELP),
          as_json: bool = typer.Option(False, "--json", help="Print the definition as JSON.")) -> None:
     """Print a task's definition (axes, inputs, outputs, reference, cost model) and its workloads."""
-    t = load_task(task)
+    t = load_task(task, workloads=workloads_file or None)
     data = t.definition.model_dump(mode="json", exclude_none=True)
     if as_json:
         typer.echo(json.dumps({"definition": data, "workloads": [w.model_dump(mode="json") for w in t.workloads]},
@@ -65,3 +69,21 @@ def show(task: str = typer.Argument(..., help="Built-in task name, task director
         table.add_row(w.label, w.purpose, " ".join(f"{k}={v}" for k, v in w.axes.items()), f"{c.bytes / 1e6:.2f}",
                       f"{c.flops / 1e9:.3f}", f"{c.transcendentals / 1e6:.2f}")
     console.print(table)
+
+
+@app.command("import")
+def import_(src: str = typer.Argument(..., help="What to import: " + TASK_HELP.removeprefix(
+                "Built-in task name, task folder, ") + " Other registered sources too (ksearch.tasks.importers)."),
+            out: Path = typer.Option(..., "--out", "-o", help="The task folder to write (created; must be empty "
+                                     "unless --force)."),
+            workloads_file: str = typer.Option("", "--workloads-file", "--workloads", help=WORKLOADS_FILE_HELP),
+            kind: str = typer.Option("", help="The source's kind when it is not detected (e.g. flashinfer-bench)."),
+            force: bool = typer.Option(False, "--force", help="Overwrite the files of a non-empty folder.")) -> None:
+    """Write SRC as ksearch's own task folder (definition.json, workloads.jsonl, safetensors blobs copied under
+    blob/), to edit and load back as a task; add naive.<target>.<ext> to search it with `ksearch run`."""
+    from ksearch.tasks.importers import import_task, write_task_dir
+
+    t = import_task(src, workloads_file or None, kind or None) if kind else load_task(src, workloads_file or None)
+    folder = write_task_dir(t, out, force=force)
+    typer.echo(f"wrote task {t.name!r} ({len(t.workloads)} workloads) to {folder}; load it with "
+               f"`ksearch tasks show {folder}`")

@@ -199,7 +199,7 @@ def retime(ab: Ablation, rows: list[tuple[AblationRow, Candidate | None]],
     from ksearch.tasks import load_task
 
     cfg = ab.config
-    task = load_task(cfg.task)
+    task = load_task(cfg.task, workloads=cfg.workloads_file)
     stored = None
     for row, _ in rows:
         if row.run_id:

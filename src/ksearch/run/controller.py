@@ -60,6 +60,8 @@ class RunConfig(BaseModel):
     """
 
     task: str
+    #: a workloads file (JSONL) replacing the task's own (``--workloads-file``); absolute, so a resume finds it
+    workloads_file: str | None = None
     target: str = "cpu"
     proposer: str = "patterns"
     budget: int = Field(default=40, ge=1)

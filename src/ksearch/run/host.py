@@ -163,7 +163,7 @@ class Host:
             ecfg.input_cache_bytes = default_input_cache_bytes() // setup.share
             ecfg.reference_cache_bytes = ecfg.reference_cache_bytes // setup.share
         hw = HardwareSpec.model_validate(setup.hardware) if setup.hardware else None
-        self.evaluator = Evaluator(load_task(cfg.task), cfg.target, hw, ecfg, progress=self._stage)
+        self.evaluator = Evaluator(load_task(cfg.task, workloads=cfg.workloads_file), cfg.target, hw, ecfg, progress=self._stage)
         if setup.naive is not None:
             self.evaluator.remember_naive(setup.naive)
         self.stage = "idle"

@@ -67,11 +67,13 @@ class Session:
             why = target.available()
             if why:
                 raise SearchError(f"target {cfg.target!r} is not available here: {why}")
-            self.task = load_task(cfg.task)
+            self.task = load_task(cfg.task, workloads=cfg.workloads_file)
             if target.naive_candidate(self.task) is None:
                 raise TaskError(f"task {self.task.name!r} ({self.task.origin}) has no naive kernel for target "
                                 f"{cfg.target!r} (naive.{cfg.target}.<ext> beside its definition): a search "
-                                "measures every speedup against it")
+                                "measures every speedup against it. For a task from elsewhere, `ksearch tasks "
+                                f"import {cfg.task} -o DIR` writes a task folder to put one in; `ksearch eval` "
+                                "judges a kernel without one")
             stored = store.hardware()  # a resumed run keeps its spec (re-probed when provisional or not this device)
             self.hardware = spec_for_run(cfg.target, stored)
             if stored is not None and self.hardware.model_dump(mode="json") != stored:
@@ -95,11 +97,13 @@ class Session:
         """A new run under ``$KSEARCH_HOME/runs``, named after the task. A task given as a path is saved as an
         absolute path (so the run resumes from any directory). Nothing is left behind when the run cannot
         start (unknown task, workload, target or proposer; no compiler)."""
-        task = load_task(cfg.task)
+        task = load_task(cfg.task, workloads=cfg.workloads_file)
         task.select(cfg.workloads)  # fail on a bad task or workload before creating anything
         check_placement(cfg, get_target(cfg.target).needs_gpu)  # and on workers that could not start
         if cfg.task not in builtin_names():
             cfg = cfg.model_copy(update={"task": str(Path(cfg.task).resolve())})
+        if cfg.workloads_file:
+            cfg = cfg.model_copy(update={"workloads_file": str(Path(cfg.workloads_file).resolve())})
         run_id = new_run_id(task.name)
         store = Store(run_dir(run_id) / "run.sqlite", create=True)
         try:

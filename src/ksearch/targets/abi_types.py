@@ -4,9 +4,9 @@ speak the dialect, or a new target's own); prompts, knowledge packs and translat
 there, never from a copy.
 
 - ``c``: the cpu target's ABI (ctypes pointers; C has no portable bfloat16: its uint16_t bits; float16 as GCC's
-  and Clang's ``_Float16``; bool as one byte);
+  and Clang's ``_Float16``; bool as one byte; float8 formats as their uint8_t bits);
 - ``cuda``: the cuda target's ABI (docs/cuda-target.md: ``long long`` axes and int64, ``__half`` from
-  cuda_fp16.h, ``__nv_bfloat16`` from cuda_bf16.h);
+  cuda_fp16.h, ``__nv_bfloat16`` from cuda_bf16.h, ``__nv_fp8_e4m3``/``__nv_fp8_e5m2`` from cuda_fp8.h);
 - ``mlx-cuda``: the types MLX's CUDA backend declares a custom kernel's buffers with (mlx 0.32:
   backend/cuda/utils.cpp, ``dtype_to_cuda_type``);
 - ``metal``: the types MLX's Metal backend declares them with (the ``float16_t`` / ``bfloat16_t`` typedefs of
@@ -19,10 +19,11 @@ from collections.abc import Mapping
 
 C_TYPES: dict[str, str] = {"float32": "float", "float64": "double", "float16": "_Float16", "bfloat16": "uint16_t",
                            "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t",
-                           "bool": "uint8_t"}
+                           "uint8": "uint8_t", "bool": "uint8_t", "float8_e4m3fn": "uint8_t", "float8_e5m2": "uint8_t"}
 CUDA_TYPES: dict[str, str] = {"float32": "float", "float64": "double", "float16": "__half",
                               "bfloat16": "__nv_bfloat16", "int64": "long long", "int32": "int", "int16": "short",
-                              "int8": "signed char", "bool": "unsigned char"}
+                              "int8": "signed char", "uint8": "unsigned char", "bool": "unsigned char",
+                              "float8_e4m3fn": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2"}
 MLX_CUDA_TYPES: dict[str, str] = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16",
                                   "float64": "double", "int32": "int32_t", "int64": "int64_t", "int16": "int16_t",
                                   "int8": "int8_t", "uint8": "uint8_t", "uint32": "uint32_t", "bool": "bool"}

@@ -93,7 +93,8 @@ def import_task(path: str | Path, workloads: str | Path | None = None, kind: str
 def write_task_dir(task: Task, out: str | Path, force: bool = False) -> Path:
     """Write ``task`` as ksearch's own task folder: ``definition.json``, ``workloads.jsonl`` (one workload per line),
     ``naive.<target>.<ext>`` per naive kernel (their launch plans beside them), baseline files, and every file a
-    workload's safetensors input names (copied under the same relative path, so the folder stands alone).
+    workload's safetensors input names (copied under ``blob/``, the workloads' paths rewritten to them, so the
+    folder stands alone).
 
     Args:
         task: the task, e.g. from `import_task`.
@@ -114,6 +115,9 @@ def write_task_dir(task: Task, out: str | Path, force: bool = False) -> Path:
     try:
         out.mkdir(parents=True, exist_ok=True)
         data = task.definition.model_dump(mode="json", exclude_none=True, by_alias=True)
+        for kind in ("inputs", "outputs"):  # a scalar's shape is null, which exclude_none dropped
+            for spec in data[kind].values():
+                spec.setdefault("shape", None)
         (out / "definition.json").write_text(json.dumps(data, indent=2) + "\n")
         lines = [json.dumps(w.model_dump(mode="json", exclude_none=True)) for w in _with_blobs(task.workloads, out)]
         (out / "workloads.jsonl").write_text("".join(line + "\n" for line in lines))

@@ -6,7 +6,8 @@ is measured against. Accepted on disk:
 - a directory holding ``definition.json`` or ``definition.yaml`` and optionally ``workloads.jsonl`` and
   ``naive.<target>.<ext>`` files (the built-in layout; any target name, one kernel per target), with
   ``naive.<target>.launch.yaml`` beside the naive kernel of a target that takes a launch plan;
-- a definition file (``.json`` as flashinfer-bench writes it, or ``.yaml``) with its workloads: a JSONL file
+- a definition file (``.json`` as flashinfer-bench writes it, judged by flashinfer-bench's tolerance rule when it
+  gives no ``tolerance``: `ksearch.tasks.flashinfer.fib_tolerance`; or ``.yaml``) with its workloads: a JSONL file
   whose lines are Workload objects, or flashinfer-bench traces with a ``workload`` field, given separately or
   found beside it (``<stem>.jsonl``, or flashinfer-bench's dataset layout: `ksearch.tasks.flashinfer`);
 - anything a registered outside source claims (`ksearch.tasks.importers`): a flashinfer-bench dataset root plus a
@@ -215,6 +216,9 @@ def load_task(name_or_path: str | Path, workloads: str | Path | None = None) -> 
         task = _load_dir(path, str(path))
     elif path.is_file() and path.suffix in (".json", ".yaml", ".yml"):
         definition = load_definition(path)
+        if path.suffix == ".json" and "tolerance" not in definition.model_fields_set:  # flashinfer-bench's rule
+            definition.tolerance = {spec.dtype: flashinfer.fib_tolerance(definition)
+                                    for spec in definition.outputs.values()}
         task = Task(definition, [], {}, str(path))
         found = flashinfer.workloads_beside(path) if workloads is None else None
         if found is not None:
