@@ -57,7 +57,8 @@ def to_storage(value, dtype: str, what: str) -> np.ndarray:
         got = arr.dtype.name
     if got != dtype and not (dtype == "bfloat16" and arr.dtype == np.uint16):
         raise TaskError(f"{what} is {got}, the task says {dtype}")
-    return np.ascontiguousarray(arr, numpy_dtype(dtype))
+    arr = np.asarray(arr, numpy_dtype(dtype))  # not ascontiguousarray: it makes a 0-d array 1-d
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
 def generate_inputs(definition: Definition, workload: Workload, seed: int) -> dict[str, np.ndarray | float | int]:
