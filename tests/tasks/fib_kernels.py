@@ -102,3 +102,44 @@ void run(const uint16_t *q_nope, const uint16_t *q_pe, const uint16_t *ckv, cons
         }
 }
 """
+
+MOE_FP8 = BF16 + """
+static float f8(uint8_t b) {  /* float8_e4m3fn: bias 7, no infinities, S.1111.111 is NaN */
+    int e = (b >> 3) & 15, m = b & 7;
+    float v = e == 0 ? ldexpf((float)m / 8.0f, -6) : ldexpf(1.0f + (float)m / 8.0f, e - 7);
+    if (e == 15 && m == 7) v = NAN;
+    return (b & 0x80) ? -v : v;
+}
+void run(const float *logits, const uint8_t *hs, const float *scale, const uint16_t *w13, const uint16_t *w2,
+         uint16_t *out, int64_t T, int64_t E, int64_t H, int64_t I, int64_t G) {
+    float x[64], g[64], acc[64];
+    for (int64_t t = 0; t < T; t++) {
+        const float *l = logits + t * E;
+        float mx = l[0], sum = 0.0f;
+        for (int64_t e = 1; e < E; e++) if (l[e] > mx) mx = l[e];
+        for (int64_t e = 0; e < E; e++) sum += expf(l[e] - mx);
+        int64_t a = 0, b = -1;
+        for (int64_t e = 1; e < E; e++) if (l[e] > l[a]) a = e;
+        for (int64_t e = 0; e < E; e++) if (e != a && (b < 0 || l[e] > l[b])) b = e;
+        float pa = expf(l[a] - mx) / sum, pb = expf(l[b] - mx) / sum;
+        for (int64_t k = 0; k < H; k++) { x[k] = f8(hs[t * H + k]) * scale[t]; acc[k] = 0.0f; }
+        int64_t ex[2] = {a, b};
+        float wt[2] = {pa / (pa + pb), pb / (pa + pb)};
+        for (int r = 0; r < 2; r++) {
+            const uint16_t *W1 = w13 + ex[r] * G * H, *W2 = w2 + ex[r] * H * I;
+            for (int64_t j = 0; j < G; j++) {
+                float s = 0.0f;
+                for (int64_t k = 0; k < H; k++) s += x[k] * bf(W1[j * H + k]);
+                g[j] = s;
+            }
+            for (int64_t j = 0; j < I; j++) g[j] = g[j] * (g[I + j] / (1.0f + expf(-g[I + j])));
+            for (int64_t k = 0; k < H; k++) {
+                float s = 0.0f;
+                for (int64_t j = 0; j < I; j++) s += g[j] * bf(W2[k * I + j]);
+                acc[k] += wt[r] * s;
+            }
+        }
+        for (int64_t k = 0; k < H; k++) out[t * H + k] = to_bf(acc[k]);
+    }
+}
+"""

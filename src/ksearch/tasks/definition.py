@@ -344,7 +344,7 @@ class Definition(_Record):
         if dtype in self.tolerance:
             return self.tolerance[dtype]
         if dtype in DEFAULT_TOLERANCE:
-            return Tolerance(**DEFAULT_TOLERANCE[dtype])
+            return Tolerance.model_validate(DEFAULT_TOLERANCE[dtype])
         return Tolerance(rtol=0.0, atol=0.0)
 
     def cost_of(self, workload: "Workload") -> "WorkloadCost":

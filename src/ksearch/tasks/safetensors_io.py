@@ -50,7 +50,7 @@ def read_tensor(path: str, key: str, dtype: str, shape: tuple[int, ...] | None, 
             if not isinstance(meta, dict):
                 keys = [k for k in header if k != "__metadata__"]
                 raise TaskError(f"{what}: {path} has no tensor {key!r}; it has {keys[:20]}")
-            if dtype not in SAFETENSORS_DTYPES.get(meta.get("dtype"), ()):
+            if dtype not in SAFETENSORS_DTYPES.get(str(meta.get("dtype")), ()):
                 raise TaskError(f"{what}: tensor {key!r} of {path} is {meta.get('dtype')}, the definition says "
                                 f"{dtype}")
             begin, end = meta["data_offsets"]

@@ -146,9 +146,9 @@ def fill_index_inputs(definition: "Definition", axes: dict[str, int], seed: int,
     for names in by_prefix.values():
         if "indptr" in names and names["indptr"] in out and out[names["indptr"]] is None:
             spec = definition.inputs[names["indptr"]]
-            length = axes[spec.shape[0]]
+            length = axes[_axis(spec)]
             idx_name = names.get("indices")
-            total = axes[definition.inputs[idx_name].shape[0]] if idx_name else \
+            total = axes[_axis(definition.inputs[idx_name])] if idx_name else \
                 _total_from_constraints(definition, names["indptr"], axes)
             if total is None:
                 total = int(rng.integers(1, 9)) * max(length - 1, 0)
@@ -156,15 +156,21 @@ def fill_index_inputs(definition: "Definition", axes: dict[str, int], seed: int,
             out[names["indptr"]] = _as(indptr, spec.dtype, names["indptr"], label)
         if "indices" in names and names["indices"] in out and out[names["indices"]] is None:
             spec = definition.inputs[names["indices"]]
-            n = axes[spec.shape[0]]
+            n = axes[_axis(spec)]
             bound = num_pages if num_pages else max(n, 1)
             ids = rng.permutation(bound)[:n] if n <= bound else rng.integers(0, bound, n)
             out[names["indices"]] = _as(ids, spec.dtype, names["indices"], label)
         if "last_page_len" in names and names["last_page_len"] in out and out[names["last_page_len"]] is None:
             spec = definition.inputs[names["last_page_len"]]
-            n = axes[spec.shape[0]]
+            n = axes[_axis(spec)]
             out[names["last_page_len"]] = _as(rng.integers(1, (page_size or 1) + 1, n), spec.dtype,
                                               names["last_page_len"], label)
+
+
+def _axis(spec) -> str:
+    """The one axis of a 1-D input (`index_inputs` picks only those)."""
+    assert spec.shape is not None and len(spec.shape) == 1
+    return spec.shape[0]
 
 
 def _as(values: np.ndarray, dtype: str, name: str, label: str) -> np.ndarray:
