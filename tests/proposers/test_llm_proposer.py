@@ -438,6 +438,24 @@ def test_code_improve_shows_times_and_floor_of_parent_and_best():
     assert "/* rows */" in user and "without changing its approach" in user
 
 
+def test_code_improve_shows_the_error_of_a_failed_improvement_of_the_same_kernel():
+    """Without a planner (evolve, random) a failed child is never drawn as a parent: its error reaches the coder
+    through the next improvement of the same kernel, or never."""
+    tree = small_tree()
+    coder = FakeClient(code_reply(), code_reply())
+    p, _ = make(coder=coder)
+    p.propose(tree, "tile", Candidate(target="cpu", sources={"kernel.c": "/* rows */\n"}))
+    assert "failed" not in coder.last_user().split("The kernel to improve")[0].lower()
+    broken = Candidate(target="cpu", sources={"kernel.c": "/* broken sibling */\n"})
+    p._made[broken.id] = broken
+    tree = attach(tree, "exp-poly", broken.id, EvalSummary(status="COMPILE_ERROR"))
+    p.propose(tree, "tile", Candidate(target="cpu", sources={"kernel.c": "/* rows */\n"}))
+    user = coder.last_user()
+    assert coder.calls[1]["purpose"] == "code:improve"
+    assert "An earlier attempt to improve this kernel (exp-poly) failed: COMPILE_ERROR" in user
+    assert user.index("(exp-poly) failed") < user.index("The kernel to improve") < user.index("/* rows */")
+
+
 def test_truncated_or_missing_code_raises_knowledge_error():
     tree = small_tree()
     p, _ = make(coder=FakeClient(LLMReply(text="```c\nvoid run() {\n", finish_reason="max_tokens")))

@@ -399,6 +399,11 @@ class LLMProposer:
                 cols.append((f"best so far {best.id}", best.id))
             common["measured"] = self._timings(tree, cols)
             common["profiles"] = self._profiles(tree, cols)
+            # an earlier improvement of the same kernel that failed: its error, as OpenEvolve feeds back artifacts
+            # (a failed child is never drawn as a parent, so without this its compile log never reaches the coder)
+            failed = [s for s in tree.siblings(node_id) if s.status == NodeStatus.FAILED and s.candidate_id]
+            if failed:
+                common["previous_failure"] = self._failure(tree, failed[-1])
         common.setdefault("previous_failure", None)
         messages = [Message(role="system", content=self._render("coder_system.j2")),
                     Message(role="user", content=self._render(f"code_{mode}.j2", **common))]
