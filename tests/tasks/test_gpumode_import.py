@@ -127,3 +127,36 @@ def test_a_generate_input_that_raises_is_a_clear_task_error(tmp_path):
     with pytest.raises(TaskError, match=r"generate_input\(\{'size': 4\}, seed=1\) for test0-size4 raised "
                                         "RuntimeError: no device"):
         load_task(folder)
+
+
+PAD = """#include <stdint.h>
+void run(const float *x, float *output, int64_t size, int64_t output_d0) {
+    output[0] = 0.0f;
+    for (int64_t i = 0; i < size; i++) output[i + 1] = x[i];
+    output[size + 1] = 0.0f;
+}"""
+
+
+def test_a_dimension_derived_from_the_sizes_is_an_axis_tied_to_them(tmp_path):
+    folder = tmp_path / "pad_py"
+    folder.mkdir()
+    (folder / "task.yml").write_text('files:\n  - {"name": "reference.py", "source": "reference.py"}\n'
+                                     'tests:\n  - {"size": 4, "seed": 1}\n  - {"size": 9, "seed": 2}\n')
+    (folder / "reference.py").write_text(
+        "import torch\n\n\ndef generate_input(size, seed):\n    g = torch.Generator()\n    g.manual_seed(seed)\n"
+        "    return torch.rand(size, generator=g)\n\n\ndef ref_kernel(x):\n    return torch.nn.functional.pad(x, (1, 1))\n\n\n"
+        "def check_implementation(data, output):\n    return bool(torch.equal(output, ref_kernel(data)))\n")
+    task = load_task(folder)
+    d = task.definition
+    assert d.inputs["x"].shape == ["size"] and d.outputs["output"].shape == ["output_d0"]
+    assert d.constraints == ["output_d0 == size + 2"]
+    assert [w.axes for w in task.workloads] == [{"size": 4, "output_d0": 6}, {"size": 9, "output_d0": 11}]
+    assert judge(task, PAD, seeds=(6,)).status is Status.PASSED
+
+
+def test_a_relation_no_line_explains_is_the_workloads_own_pairs():
+    from ksearch.tasks.gpumode import relation
+
+    assert relation("y", [4, 9, 25], [{"n": 2}, {"n": 3}, {"n": 5}]) == \
+        "(n == 2 and y == 4) or (n == 3 and y == 9) or (n == 5 and y == 25)"
+    assert relation("y", [7, 11], [{"m": 3, "n": 2}, {"m": 3, "n": 4}]) == "y == 2 * n + 3"

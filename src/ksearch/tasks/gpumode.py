@@ -8,7 +8,8 @@ loads as:
 
 - axes: each size of ``tests``/``benchmarks`` is a ``var`` axis; every dimension of the data and of the output is
   named after the size it equals in every workload (``size``), else it is a ``const`` axis ``<tensor>_d<i>`` where
-  it never changes, else a ``var`` axis of that name that each workload gives;
+  it never changes, else a ``var`` axis of that name that each workload gives, tied to the sizes by a constraint
+  (`relation`: ``x_d1 == size + 2``, else the workloads' own pairs), so another workload must keep it consistent;
 - inputs: the parts of the data, named as ``ref_kernel`` unpacks them (``A, B = data``), else ``input0``, ...; a
   part that is an output buffer (GPU MODE's ``(input, output)`` pairs) is a read-only input like the others, and the
   kernel writes its own output; outputs: ``output`` (``result`` where an input is named so), ``output0``, ... for a
@@ -234,6 +235,29 @@ def _probe(ns: dict, origin: str, rows) -> tuple[list, list, bool]:
     return data_all, out_all, is_tuple
 
 
+def relation(axis: str, values: list[int], sizes: list[dict[str, int]]) -> str:
+    """A constraint tying a derived dimension to the sizes: ``axis == a * size + b`` (integers a, b) where one size
+    explains its values in every workload, else the workloads' own pairs (``(size == 16 and x_d1 == 20) or ...``).
+    A workload given later (a user's, a hidden one) must then keep the dimension consistent with the sizes."""
+    for name in sizes[0]:
+        xs = [w[name] for w in sizes]
+        pairs = sorted(set(zip(xs, values)))
+        if len({x for x, _ in pairs}) != len(pairs):
+            continue  # one size value with two dimension values: not a function of this size
+        if len(pairs) == 1:
+            continue
+        (x0, y0), (x1, y1) = pairs[0], pairs[1]
+        if (y1 - y0) % (x1 - x0):
+            continue
+        a = (y1 - y0) // (x1 - x0)
+        b = y0 - a * x0
+        if all(y == a * x + b for x, y in pairs):
+            term = name if a == 1 else f"{a} * {name}"
+            return f"{axis} == {term}" + (f" + {b}" if b > 0 else f" - {-b}" if b < 0 else "")
+    cases = sorted({(tuple(w.items()), v) for w, v in zip(sizes, values)})
+    return " or ".join("(" + " and ".join(f"{k} == {x}" for k, x in w) + f" and {axis} == {v})" for w, v in cases)
+
+
 def load_gpumode(path: Path, workloads: Path | None = None) -> Task:
     """A GPU MODE problem folder as a Task (see the module docstring).
 
@@ -272,6 +296,7 @@ def load_gpumode(path: Path, workloads: Path | None = None) -> Task:
         [f"output{i}" for i in range(len(out_all[0]))]
     axes: dict[str, ConstAxis | VarAxis] = {n: VarAxis(type="var") for n in size_names}
     derived: list[dict[str, int]] = [{} for _ in rows]
+    constraints: list[str] = []
 
     def specs(names: list[str], per_wl: list[list], what: str) -> dict[str, TensorSpec]:
         out = {}
@@ -292,6 +317,7 @@ def load_gpumode(path: Path, workloads: Path | None = None) -> Task:
                     axes[ax] = ConstAxis(type="const", value=vec[0])
                 elif not same:
                     axes[ax] = VarAxis(type="var")
+                    constraints.append(relation(ax, vec, [r[2] for r in rows]))
                     for w, v in zip(derived, vec):
                         w[ax] = v
                 dims.append(ax)
@@ -305,7 +331,7 @@ def load_gpumode(path: Path, workloads: Path | None = None) -> Task:
     try:
         definition = Definition(name=path.name, op_type="gpumode", tags=["gpumode"], description=description,
                                 axes=axes, inputs=inputs, outputs=outputs, reference=source, input_generator=source,
-                                checker=source, reference_backend="torch")
+                                checker=source, reference_backend="torch", constraints=constraints)
     except ValueError as e:
         raise TaskError(f"{origin}: cannot describe the problem as a task: {e}") from None
     if workloads is not None:
