@@ -75,9 +75,12 @@ def test_a_wrong_kernel_fails_on_a_paged_definition_and_on_the_moe():
     assert ev.status is Status.INCORRECT_NUMERICAL and "0.05 share allowed" in ev.workloads[0].message
 
 
-def test_the_gemm_workload_labels_are_its_axis_values():
+def test_workload_labels_are_the_axis_values_that_differ_and_hold_no_comma():
     task = load_task(f"{ROOT}/gemm_n4096_k4096")
     assert [w.name for w in task.workloads[:3]] == ["M=256", "M=248", "M=240"] and len(task.workloads) == 43
+    assert [w.name for w in load_task(f"{ROOT}/{GQA}").workloads] == ["num_kv_indices=6", "num_kv_indices=7"]
+    assert [w.name for w in load_task(f"{ROOT}/{MLA}").workloads] == [
+        "batch_size=3+num_pages=12+len_indptr=4+num_kv_indices=9"]  # -w splits on commas: none in a label
 
 
 def test_a_definition_file_finds_its_workloads_in_the_dataset_layout_and_beside_it(tmp_path):

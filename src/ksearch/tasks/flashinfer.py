@@ -119,20 +119,22 @@ def resolve_blobs(workloads: list[Workload], root: Path) -> None:
 
 
 def label_workloads(definition: Definition, workloads: list[Workload]) -> None:
-    """Give each unnamed workload a readable name, in place: its var axes' values (``batch_size=4,kv_len=512``);
-    where two share those, the first 8 characters of its uuid are added (``batch_size=4@1a2b3c4d``)."""
+    """Give each unnamed workload a readable name, in place: the values of the var axes that differ among the
+    unnamed workloads (all var axes when none differ), joined by ``+`` so that ``-w`` (comma-separated) takes it
+    whole, e.g. ``M=256`` or ``batch_size=4+num_kv_indices=512``; where two share those, the first 8 characters of
+    the uuid are added (``M=256@1a2b3c4d``)."""
+    unnamed = [w for w in workloads if w.name is None]
+    var = [a for a in definition.var_axes if any(a in w.axes for w in unnamed)]
+    differ = [a for a in var if len({w.axes.get(a) for w in unnamed}) > 1] or var
+
     def axes_text(w: Workload) -> str:
-        shown = [a for a in definition.var_axes if a in w.axes] or list(w.axes)
-        return ",".join(f"{a}={w.axes[a]}" for a in shown) or w.uuid[:8]
+        return "+".join(f"{a}={w.axes[a]}" for a in differ if a in w.axes) or w.uuid[:8]
 
     counts: dict[str, int] = {}
-    for w in workloads:
-        if w.name is None:
-            counts[axes_text(w)] = counts.get(axes_text(w), 0) + 1
+    for w in unnamed:
+        counts[axes_text(w)] = counts.get(axes_text(w), 0) + 1
     taken = {w.name for w in workloads if w.name is not None}
-    for w in workloads:
-        if w.name is not None:
-            continue
+    for w in unnamed:
         text = axes_text(w)
         name = text if counts[text] == 1 and text not in taken else f"{text}@{w.uuid[:8]}"
         w.name = name
