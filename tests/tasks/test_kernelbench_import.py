@@ -157,7 +157,7 @@ def test_inputs_are_the_problems_own_under_the_seed():
 
 def test_wrong_kernel_fails_and_naive_kernel_is_timed():
     task = load("level1/19_ReLU.py")
-    ev = Evaluator(task, config=EvalConfig(seeds=[5], timeout_s=20.0, timing=QUICK))
+    ev = Evaluator(task, config=EvalConfig(seeds=[5], timeout_s=20.0, timing=QUICK, busy_wait_s=0.0))
     wrong = PROBLEMS["level1/19_ReLU.py"][1].replace("x[i] > 0.0f ? x[i] : 0.0f", "x[i] > 0.5f ? x[i] : 0.0f")
     try:
         bad = ev.evaluate(Candidate(target="cpu", sources={"kernel.c": wrong}), timing=False)
