@@ -19,7 +19,8 @@ loads as:
   ``input_generator``);
 - the reference: ``ref_kernel``; the verdict: ``check_implementation`` on the data and the candidate's output (the
   definition's ``checker``, `ksearch.eval.evaluator.Evaluator` calls it instead of the tolerance; a non-finite value
-  where the reference is finite fails first).
+  where the reference is finite fails first). Both get the data on the device ``generate_input`` put it on at import
+  (``cuda`` for most GPU MODE problems), the candidate's output moved there too.
 
 The problem's modules are bundled into the definition (a task folder written by ``ksearch tasks import`` stands
 alone) and imported from the bundle when first needed; they are trusted code, run in this process as every
@@ -84,10 +85,11 @@ _KSEARCH_SIZES = {sizes!r}  # generate_input's size arguments
 _KSEARCH_PARTS = {parts!r}  # the data's parts, in order
 _KSEARCH_TUPLE = {is_tuple!r}  # the data is a tuple (else one tensor)
 _KSEARCH_OUTPUTS = {outputs!r}
+_KSEARCH_DEVICE = {device!r}  # where generate_input put the data when the task was imported
 
 
 def _ksearch_data(inputs):
-    parts = tuple(inputs[n] for n in _KSEARCH_PARTS)
+    parts = tuple(inputs[n].to(_KSEARCH_DEVICE) if hasattr(inputs[n], "to") else inputs[n] for n in _KSEARCH_PARTS)
     return parts if _KSEARCH_TUPLE else parts[0]
 
 
@@ -102,7 +104,7 @@ def generate(seed, **axes):
 
 
 def check(inputs, outputs):
-    out = tuple(outputs[n] for n in _KSEARCH_OUTPUTS)
+    out = tuple(outputs[n].to(_KSEARCH_DEVICE) for n in _KSEARCH_OUTPUTS)
     return _ksearch_reference().check_implementation(_ksearch_data(inputs), out if len(out) > 1 else out[0])
 '''
 
@@ -326,7 +328,9 @@ def load_gpumode(path: Path, workloads: Path | None = None) -> Task:
 
     inputs = specs(parts, data_all, "data part")
     outputs = specs(out_names, out_all, "output")
-    source = bundle + _WRAPPER.format(sizes=size_names, parts=parts, is_tuple=is_tuple, outputs=out_names)
+    device = next((str(p.device) for p in data_all[0] if hasattr(p, "device")), "cpu")
+    source = bundle + _WRAPPER.format(sizes=size_names, parts=parts, is_tuple=is_tuple, outputs=out_names,
+                                      device=device)
     description = str(spec.get("description") or f"GPU MODE problem {path.name}").strip().splitlines()[0]
     try:
         definition = Definition(name=path.name, op_type="gpumode", tags=["gpumode"], description=description,
