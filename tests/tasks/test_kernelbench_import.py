@@ -138,6 +138,9 @@ def test_weights_are_inputs_named_and_shaped_and_derived_constants_follow_an_ove
     assert d.inputs["gemm_weight"].shape == ["out_features", "in_features"]
     assert d.inputs["bias"].shape == ["out_features"]  # bias_shape = (out_features,) followed the override
     assert [a.value for a in d.axes.values()] == [4, 16, 8]
+    assert d.inputs["gemm_weight"].description == "the module's parameter 'gemm.weight'"
+    # the constructor's arguments have their place in the description (their values are baked into the reference)
+    assert "Model(in_features=16, out_features=8, bias_shape=(8,))" in d.description
 
 
 def test_inputs_are_the_problems_own_under_the_seed():

@@ -206,6 +206,19 @@ def _dtype_name(t, what: str, origin: str) -> str:
     return name
 
 
+def _constructor(ns: dict) -> str:
+    """``Model(in_features=16, multiplier=2.0)``: the constructor's arguments by name (the place they have in the
+    task: its description; their values are baked into the reference and the inputs' generator)."""
+    init = list(ns["get_init_inputs"]())
+    try:
+        names = [p for p in inspect.signature(ns["Model"].__init__).parameters if p != "self"]
+    except (TypeError, ValueError):
+        names = []
+    names += [f"arg{i}" for i in range(len(names), len(init))]
+    text = ", ".join(f"{n}={v!r}" if len(repr(v)) <= 40 else f"{n}=<{type(v).__name__}>" for n, v in zip(names, init))
+    return f"Model({text})"
+
+
 def load_kernelbench(path: Path, workloads: Path | None = None, sizes: dict[str, int] | None = None) -> Task:
     """A KernelBench problem file as a Task (see the module docstring).
 
@@ -222,7 +235,7 @@ def load_kernelbench(path: Path, workloads: Path | None = None, sizes: dict[str,
     origin = str(path)
     if workloads is not None:
         raise TaskError(f"{origin}: a KernelBench problem fixes its sizes in the file; a workloads file does not "
-                        "apply (import it with `ksearch tasks import` and edit the task folder instead)")
+                        "apply (shrink its size constants with PROBLEM.py:NAME=VALUE,...)")
     try:
         source = path.read_text()
         tree = ast.parse(source)
@@ -252,23 +265,25 @@ def load_kernelbench(path: Path, workloads: Path | None = None, sizes: dict[str,
 
     def spec(name: str, value, what: str) -> TensorSpec:
         if hasattr(value, "shape"):
-            return TensorSpec(shape=shape(name, value), dtype=_dtype_name(value, what, origin))
+            return TensorSpec(shape=shape(name, value), dtype=_dtype_name(value, what, origin), description=what)
         kind = "bool" if isinstance(value, bool) else "int64" if isinstance(value, int) else "float64"
-        return TensorSpec(shape=None, dtype=kind)
+        return TensorSpec(shape=None, dtype=kind, description=what)
 
     params = [p for p in inspect.signature(model.forward).parameters.values()
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     forward = [p.name for p in params[:len(args)]] + [f"input{i}" for i in range(len(params), len(args))]
-    inputs = {name: spec(name, a, f"forward argument {name!r}") for name, a in zip(forward, args)}
+    inputs = {name: spec(name, a, f"the forward's argument {name!r}") for name, a in zip(forward, args)}
     state: dict[str, str] = {}
     for path_, t in [*model.named_parameters(), *model.named_buffers()]:
         name = path_.replace(".", "_")
         name = f"param_{name}" if name in inputs else name
         state[name] = path_
-        inputs[name] = spec(name, t, f"parameter {path_!r}")
+        kind = "parameter" if path_ in dict(model.named_parameters()) else "buffer"
+        inputs[name] = spec(name, t, f"the module's {kind} {path_!r}")
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     out_names = ["output"] if len(outs) == 1 else [f"output{i}" for i in range(len(outs))]
-    outputs = {n: spec(n, o, f"output {n!r}") for n, o in zip(out_names, outs)}
+    outputs = {n: spec(n, o, "the forward's result" if len(outs) == 1 else f"the forward's result {i}")
+               for i, (n, o) in enumerate(zip(out_names, outs))}
     if any(s.shape is None for s in outputs.values()):
         raise TaskError(f"{origin}: the forward returns a non-tensor; ksearch compares tensors")
     level = path.parent.name if path.parent.name.startswith("level") else None
@@ -278,7 +293,8 @@ def load_kernelbench(path: Path, workloads: Path | None = None, sizes: dict[str,
         definition = Definition(
             name=f"{level}-{path.stem}" if level else path.stem, op_type="kernelbench",
             tags=["kernelbench", *([level] if level else [])],
-            description=(doc.strip().splitlines() or [f"KernelBench problem {path.name}"])[0] + f" ({path.name})",
+            description=(doc.strip().splitlines() or [f"KernelBench problem {path.name}"])[0] + f" ({path.name}; "
+            f"{_constructor(ns)})",
             axes=dict(axes), inputs=inputs, outputs=outputs, reference=source + wrapper,
             input_generator=source + wrapper, tolerance=TOLERANCE, reference_backend="torch")
     except ValueError as e:
