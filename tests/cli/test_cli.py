@@ -27,6 +27,15 @@ def test_tasks_list_and_show():
     assert rows["tiny"] == "check" and rows["mamba370m-L4096"] == "bench"  # which workloads a search times
 
 
+def test_version_prints_the_installed_version_and_exits():
+    from importlib.metadata import version
+
+    r = runner.invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.output.startswith(f"ksearch {version('ksearch')} (python "), r.output
+    r = runner.invoke(app, ["--version", "run", "no-such-task"])  # eager: nothing else runs
+    assert r.exit_code == 0 and "no-such-task" not in r.output
+
+
 def test_eval_json_fields(tmp_path):
     k = tmp_path / "k.c"
     from ksearch.tasks import load_task

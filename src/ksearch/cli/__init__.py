@@ -12,6 +12,24 @@ app = typer.Typer(help="ksearch: world-model-guided search for fast kernels, jud
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("ksearch")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            v = "unknown (not installed)"
+        typer.echo(f"ksearch {v} (python {sys.version.split()[0]})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print ksearch's version and exit.")) -> None:
+    """ksearch: world-model-guided search for fast kernels, judged on the real device."""
+
+
 def _register() -> None:
     from ksearch.cli import ablate_cmd, compare_cmd, eval_cmd, export_cmd, knowledge_cmd, run_cmd, tasks_cmd
 
