@@ -305,7 +305,8 @@ def load_gpumode(path: Path, workloads: Path | None = None) -> Task:
         for j, name in enumerate(names):
             values = [row[j] for row in per_wl]
             if not hasattr(values[0], "shape"):
-                out[name] = TensorSpec(shape=None, dtype=_dtype(values[0], f"{what} {name!r}", origin))
+                out[name] = TensorSpec(shape=None, dtype=_dtype(values[0], f"{what} {name!r}", origin),
+                                       description=f"{what}, part {j}" if len(names) > 1 else what)
                 continue
             ranks = {len(v.shape) for v in values}
             if len(ranks) > 1:
@@ -323,15 +324,17 @@ def load_gpumode(path: Path, workloads: Path | None = None) -> Task:
                     for w, v in zip(derived, vec):
                         w[ax] = v
                 dims.append(ax)
-            out[name] = TensorSpec(shape=dims, dtype=_dtype(values[0], f"{what} {name!r}", origin))
+            out[name] = TensorSpec(shape=dims, dtype=_dtype(values[0], f"{what} {name!r}", origin),
+                                   description=f"{what}, part {j}" if len(names) > 1 else what)
         return out
 
-    inputs = specs(parts, data_all, "data part")
-    outputs = specs(out_names, out_all, "output")
+    inputs = specs(parts, data_all, "generate_input's data")
+    outputs = specs(out_names, out_all, "ref_kernel's result")
     device = next((str(p.device) for p in data_all[0] if hasattr(p, "device")), "cpu")
     source = bundle + _WRAPPER.format(sizes=size_names, parts=parts, is_tuple=is_tuple, outputs=out_names,
                                       device=device)
-    description = str(spec.get("description") or f"GPU MODE problem {path.name}").strip().splitlines()[0]
+    description = str(spec.get("description") or f"GPU MODE problem {path.name}").strip().splitlines()[0] + \
+        f" (GPU MODE problem {path.name}; the verdict is its own check_implementation, not the tolerance)"
     try:
         definition = Definition(name=path.name, op_type="gpumode", tags=["gpumode"], description=description,
                                 axes=axes, inputs=inputs, outputs=outputs, reference=source, input_generator=source,
