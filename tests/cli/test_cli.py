@@ -125,6 +125,21 @@ def test_damaged_runs_are_one_line_errors_and_listed_as_unreadable(tmp_path):
     assert {r["id"]: r["status"] for r in json.loads(p.stdout)} == {"r-json": "interrupted", "r-table": "unreadable"}
 
 
+def test_runs_list_never_cuts_a_run_id_at_120_columns(tmp_path, monkeypatch):
+    from ksearch.store.db import Store
+
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "120")
+    run_id = "attention-prefill-noncausal-bf16-20261207-040958-e8b6"
+    s = Store(tmp_path / "runs" / run_id / "run.sqlite", create=True)
+    s.create_run(run_id, "attention-prefill-noncausal-bf16", "cpu", {"task": "attention-prefill-noncausal-bf16"}, {},
+                 None)
+    s.close()
+    r = runner.invoke(app, ["runs", "list"])
+    assert r.exit_code == 0 and run_id in r.output, r.output
+    assert max(len(line) for line in r.output.splitlines()) <= 120
+
+
 def test_llm_flags_are_checked_before_a_run_is_created(tmp_path, monkeypatch):
     monkeypatch.setenv("KSEARCH_HOME", str(fresh_home(tmp_path / "home")))
     cases = [

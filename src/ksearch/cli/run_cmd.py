@@ -363,12 +363,16 @@ def runs_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."))
     from rich.table import Table
 
     t = Table(title="Runs")
-    for col in ("id", "task", "target", "status", "evaluations", "best", "updated"):
+    # the id is what every other command takes: never cut; the task name may fold, the time is to the minute
+    t.add_column("id", no_wrap=True, min_width=max((len(r["id"]) for r in rows), default=2))
+    t.add_column("task", overflow="fold")
+    for col in ("target", "status", "evals", "best", "updated"):
         t.add_column(col, no_wrap=True)
     for r in rows:
         best = r.get("best_score")
+        updated = (r.get("updated_at") or "")[:16].replace("T", " ")
         t.add_row(r["id"], r.get("task", ""), r.get("target", ""), r.get("status", ""), str(r.get("evaluations", "")),
-                  "—" if best is None else f"{best:.2f}x", r.get("updated_at", ""))
+                  "—" if best is None else f"{best:.2f}x", updated)
     out = wide_console()
     out.print(t)
     for r in rows:
