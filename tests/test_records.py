@@ -13,7 +13,7 @@ RUN = {"id": "r1", "task": "t", "target": "cpu", "status": "finished", "config":
 
 #: the keys of `ksearch run --json`, in order (users and tests parse them)
 TOP_KEYS = ["run_id", "task", "target", "status", "evaluations", "best_candidate_id", "best_node_id", "best_source",
-            "reference_baseline", "workloads"]
+            "best_candidate", "reproduce", "reference_baseline", "workloads"]
 ROW_KEYS = ["name", "naive_ms", "best_ms", "reference_ms", "speedup_vs_naive", "speedup_vs_naive_interval",
             "best_spread", "load_cores", "speedup_vs_reference", "pct_of_floor", "naive_pct_of_floor", "floor_ms",
             "bound"]

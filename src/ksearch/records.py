@@ -273,7 +273,10 @@ class FinalReport(BaseModel):
 
     ``status``: the run's (finished, interrupted, ...); ``evaluations``: candidates judged; ``best_source``: the
     best kernel's first source file under the run directory's ``best/`` (None without a best kernel or where the
-    report is rebuilt from the store); ``reference_baseline``: the name of the baseline timed as the reference;
+    report is rebuilt from the store); ``best_candidate``: the run directory's ``best/candidate.json``, the judged
+    kernel whole (its sources, entry point, compile flags and launch plan: the source file alone may build another
+    kernel); ``reproduce``: the one command that judges that kernel again (``ksearch eval TASK
+    RUN_DIR/best/candidate.json --target TARGET``, with the run's workloads); ``reference_baseline``: the name of the baseline timed as the reference;
     ``workloads``: one row per bench workload the naive kernel was timed on. With a best kernel: ``best_status``
     and ``best_message``, its final verdict (fresh inputs, then the hidden workloads), and ``hidden_workloads``
     (when they were checked). ``reference_notes``: baselines skipped and why, workloads the baseline failed.
@@ -294,6 +297,8 @@ class FinalReport(BaseModel):
     best_candidate_id: str | None = None
     best_node_id: str | None = None
     best_source: str | None = None
+    best_candidate: str | None = None
+    reproduce: str | None = None
     reference_baseline: str
     workloads: list[WorkloadTimes] = Field(default_factory=list)
     best_status: Status | None = None
@@ -324,7 +329,8 @@ class FinalReport(BaseModel):
 
     @classmethod
     def build(cls, run: Mapping[str, Any], evaluations: int, best_node_id: str | None, final: FinalMeasurements,
-              best_source: str | None = None) -> FinalReport:
+              best_source: str | None = None, best_candidate: str | None = None,
+              reproduce: str | None = None) -> FinalReport:
         """The report of a run from its store's row ``run`` (``id``, ``task``, ``target``, ``status``), the number
         of ``evaluations``, the best node's id and the final stage's measurements. A workload the naive kernel was
         not timed on has no row.
@@ -354,7 +360,8 @@ class FinalReport(BaseModel):
         hidden = final.hidden
         return cls(run_id=run["id"], task=run["task"], target=run["target"], status=run["status"],
                    evaluations=evaluations, best_candidate_id=final.best_candidate_id, best_node_id=best_node_id,
-                   best_source=best_source, reference_baseline=final.reference_name, workloads=rows,
+                   best_source=best_source, best_candidate=best_candidate, reproduce=reproduce,
+                   reference_baseline=final.reference_name, workloads=rows,
                    best_status=best.status if best else None, best_message=best.message if best else None,
                    reference_notes=list(final.reference_notes),
                    hidden_workloads=HiddenVerdict(status=hidden.evaluation.status, message=hidden.evaluation.message,

@@ -304,3 +304,49 @@ def test_eval_takes_a_rendered_candidate_json_as_it_is(tmp_path, monkeypatch):
     assert r.exit_code == 130 and judged[0] == Candidate.model_validate_json(c.read_text())  # not a C file "c.json"
     r = runner.invoke(app, ["eval", "attention-prefill", str(c), "--target", "mlx-metal"])
     assert "is a candidate for target 'cpu'" in str(r.exception)
+
+
+def test_eval_of_a_run_best_dir_judges_its_candidate_and_a_bare_source_beside_it_warns(tmp_path, monkeypatch):
+    import ksearch.cli.eval_cmd as eval_cmd
+    import ksearch.targets.base as base
+    from ksearch.records import Candidate
+    from ksearch.tasks import load_task
+
+    judged = []
+
+    class Judge:  # records what would be judged, judges nothing
+        def __init__(self, *a, **k):
+            pass
+
+        def evaluate(self, candidate, names, references=()):
+            judged.append(candidate)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(base, "spec_for_target", lambda target: None)
+    monkeypatch.setattr(eval_cmd, "Evaluator", Judge)
+    best = tmp_path / "run" / "best"  # as `Session.finish` writes it
+    best.mkdir(parents=True)
+    kept = Candidate(target="cpu", sources={"kernel.c": load_task("selective-scan").naive_sources["cpu"]},
+                     compile_flags=["-ffast-math"])
+    (best / "kernel.c").write_text(kept.sources["kernel.c"])
+    (best / "candidate.json").write_text(kept.model_dump_json())
+    for where in (best, best.parent):  # best/ or the run directory: the judged kernel, flags included
+        r = runner.invoke(app, ["eval", "selective-scan", str(where), "-w", "tiny", "--no-naive"])
+        assert r.exit_code == 130 and judged[-1].id == kept.id and "warning" not in r.output
+    r = runner.invoke(app, ["eval", "selective-scan", str(best / "kernel.c"), "-w", "tiny", "--no-naive"])
+    assert judged[-1].compile_flags == [] and "not the same kernel" in " ".join(r.output.split())
+    assert "-ffast-math" in r.output
+    r = runner.invoke(app, ["eval", "selective-scan", str(best / "kernel.c"), "-w", "tiny", "--no-naive",
+                            "--flags", "-ffast-math"])
+    assert judged[-1].id == kept.id and "warning" not in r.output
+    r = runner.invoke(app, ["eval", "selective-scan", str(tmp_path), "--no-naive"])
+    assert "without a candidate.json" in str(r.exception)  # a TaskError: one line, exit 2 (`ksearch.cli.main`)
+
+
+def test_the_reproduce_command_names_the_candidate_target_and_workloads():
+    from ksearch.run.controller import RunConfig
+    from ksearch.run.session import reproduce_command
+
+    cfg = RunConfig(task="selective-scan", target="cpu", workloads=["tiny", "odd"])
+    assert reproduce_command(cfg, "/r/my run/best/candidate.json") == \
+        "ksearch eval selective-scan '/r/my run/best/candidate.json' --target cpu -w tiny,odd"

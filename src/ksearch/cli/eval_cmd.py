@@ -29,7 +29,8 @@ def eval_command(
     task: str = typer.Argument(..., help=TASK_HELP),
     kernel: Path = typer.Argument(..., help=f"Kernel source file ({suffixes_help()}), or a candidate JSON (`ksearch "
                                   "knowledge render -o`, a run's best/candidate.json: its sources, entry point, flags "
-                                  "and launch plan as they are)."),
+                                  "and launch plan as they are), or a directory holding one (a run's best/ or the "
+                                  "run directory itself: the kernel the run judged)."),
     target: str = typer.Option("cpu", help=f"Target that compiles and runs the kernel: {targets_help()}."),
     workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all), "
                                   "or a workloads file (as --workloads-file)."),
@@ -50,6 +51,7 @@ def eval_command(
     """Compile KERNEL, check it against TASK's reference on every workload, time it, compare with the naive kernel."""
     names, wfile = workloads_args(workloads, workloads_file)
     t = load_task(task, workloads=wfile)
+    kernel = _candidate_in(kernel)
     try:
         source = kernel.read_text()
     except OSError as e:
@@ -96,6 +98,8 @@ def eval_command(
                     refs = [Reference("naive", ev_.naive_candidate())]
             candidate = given or Candidate(target=target, sources={kernel.name: source}, entry_point=entry,
                                            compile_flags=flags.split(), launch=plan)
+            if given is None:
+                _warn_if_not_the_judged_kernel(kernel, candidate, task)
             result = ev_.evaluate(candidate, names, references=refs)
     except KeyboardInterrupt:
         console.print("interrupted: the evaluation was stopped and its worker killed; nothing was saved")
@@ -133,3 +137,40 @@ def _launch_plan(kernel: Path, launch: Path | None, target: str = "cuda") -> dic
     if not isinstance(data, dict):
         raise TaskError(f"launch plan {path} must hold one mapping ({get_target(target).launch_keys})")
     return data
+
+
+def _candidate_in(kernel: Path) -> Path:
+    """The file to judge for KERNEL: itself, or for a directory its ``candidate.json`` (a run's ``best/``) or
+    ``best/candidate.json`` (a run directory). Raises TaskError for a directory holding neither."""
+    if not kernel.is_dir():
+        return kernel
+    for path in (kernel / "candidate.json", kernel / "best" / "candidate.json"):
+        if path.is_file():
+            return path
+    raise TaskError(f"{kernel} is a directory without a candidate.json (nor best/candidate.json): give a kernel "
+                    "source file or a candidate JSON")
+
+
+def _warn_if_not_the_judged_kernel(kernel: Path, candidate: Candidate, task: str) -> None:
+    """Warn (stderr) when KERNEL sits beside a candidate.json that holds it (a run's best/) but builds or launches
+    it differently (compile flags, entry point, launch plan, other sources): this evaluation then judges another
+    kernel than the one the candidate.json records; that one is judged by ``ksearch eval TASK candidate.json``."""
+    beside = kernel.with_name("candidate.json")
+    if not beside.is_file():
+        return
+    try:
+        recorded = Candidate.model_validate_json(beside.read_text())
+    except (OSError, ValueError):
+        return  # not a candidate: nothing to compare with
+    if kernel.name not in recorded.sources or recorded.id == candidate.id:
+        return
+    what = [f"{name} {theirs!r} (here {ours!r})" for name, theirs, ours in (
+        ("compile flags", recorded.compile_flags, candidate.compile_flags),
+        ("entry point", recorded.entry_point, candidate.entry_point),
+        ("launch plan", recorded.launch, candidate.launch)) if theirs != ours]
+    if recorded.sources != candidate.sources:
+        what.append(f"sources {sorted(recorded.sources)} (here {sorted(candidate.sources)})")
+    console.print(f"[yellow]warning: {escape(str(kernel))} sits beside {escape(str(beside))}, which judges it with "
+                  f"{escape('; '.join(what))}: this is not the same kernel. To judge that one: "
+                  f"[bold]ksearch eval {escape(task)} {escape(str(beside))} --target {recorded.target}[/][/]",
+                  highlight=False)

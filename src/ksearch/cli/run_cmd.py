@@ -162,7 +162,10 @@ def _print_summary(session: Session, report: FinalReport, as_json: bool) -> None
         out.print("\n[bold]Path to the best kernel[/]")
         for line in decision_path(tree, report.best_node_id):
             out.print("  " + line, highlight=False, markup=False)
-        out.print(f"\nbest kernel source: [bold]{report.best_source}[/]")
+        kept = f" (built with the flags and launch plan in {report.best_candidate})" if report.best_candidate else ""
+        out.print(f"\nbest kernel source: [bold]{report.best_source}[/]{kept}")
+        if report.reproduce:
+            out.print(f"judge it again exactly: [bold]{escape(report.reproduce)}[/]", highlight=False)
     elif report.evaluations:
         out.print("[yellow]no candidate beat the naive kernel[/]")
     else:  # e.g. a model that never answered with edits that validate: say so, not "none beat the naive"
@@ -443,6 +446,8 @@ def show_command(
         out.print(summary_table(report))
         for line in verdict_lines(report):
             out.print(line, highlight=False)
+        if report.reproduce:
+            out.print(f"judge the best kernel again exactly: [bold]{escape(report.reproduce)}[/]", highlight=False)
     failures = [(s, n, e) for s, n, e in evals if not e.status.passed]
     if failures:
         out.print(f"\n[bold]{len(failures)} failed evaluations[/]")

@@ -42,6 +42,22 @@ HIDDEN_WORKLOADS = 4
 
 
 
+def reproduce_command(cfg: RunConfig, candidate: str) -> str:
+    """The one command that judges a run's best kernel again exactly as the run judged it: ``ksearch eval`` of
+    its ``candidate.json`` (sources, entry point, compile flags, launch plan), on the run's target, task and
+    workloads (shell-quoted, e.g. ``ksearch eval selective-scan /runs/r1/best/candidate.json --target cpu``)."""
+    import shlex
+
+    words = ["ksearch", "eval", cfg.task, candidate, "--target", cfg.target]
+    if cfg.workloads_file:
+        words += ["--workloads-file", cfg.workloads_file]
+    if cfg.workloads:
+        words += ["-w", ",".join(cfg.workloads)]
+    if cfg.timeout_s != 60.0:
+        words += ["--timeout", f"{cfg.timeout_s:g}"]
+    return shlex.join(words)
+
+
 def _lock(directory: Path) -> TextIO:
     """The run directory's ``lock`` file, held (flock, exclusive) until it is closed. Raises StoreError when
     another process holds it."""
@@ -186,7 +202,7 @@ class Session:
         best = c.best()
         final = self.store.final()
         best_id = best[1].id if best else None
-        source_path = None
+        source_path = candidate_path = reproduce = None
         if best:   # before the final measurements (minutes on big workloads): a run killed there keeps its best
             out = self.dir / "best"
             out.mkdir(exist_ok=True)
@@ -194,11 +210,14 @@ class Session:
                 (out / name).write_text(text)
             (out / "candidate.json").write_text(best[1].model_dump_json(indent=2))
             source_path = str(out / next(iter(best[1].sources)))
+            candidate_path = str(out / "candidate.json")
+            reproduce = reproduce_command(self.cfg, candidate_path)
         if final is None or final.best_candidate_id != best_id:
             final = self._final_measurements(best)
             self.store.put_final(final)
         self.store.set_status(c.end_status())
-        report = FinalReport.build(self.store.run(), c.evaluations, best[0] if best else None, final, source_path)
+        report = FinalReport.build(self.store.run(), c.evaluations, best[0] if best else None, final, source_path,
+                                   candidate_path, reproduce)
         self.store.put_report(report)
         return report
 
