@@ -137,6 +137,8 @@ def test_paged_index_arrays_are_consistent(seed):
         assert x[name][0] == 0 and x[name][-1] == total and (np.diff(x[name]) >= 1).all(), x[name]
     assert ((0 <= x["kv_indices"]) & (x["kv_indices"] < 11)).all() and len(set(x["kv_indices"])) == 9
     assert ((1 <= x["kv_last_page_len"]) & (x["kv_last_page_len"] <= 4)).all()
+    keys = (np.diff(x["kv_indptr"]) - 1) * 4 + x["kv_last_page_len"]
+    assert (np.diff(x["qo_indptr"]) <= keys).all()  # causal prefill: no sequence has more queries than keys
 
 
 def test_a_data_constraint_is_checked_on_the_inputs_not_refused(tmp_path):
@@ -152,6 +154,9 @@ def test_a_data_constraint_is_checked_on_the_inputs_not_refused(tmp_path):
         make_inputs(d, w, 0)
     with pytest.raises(ValueError, match="reads .__class__"):
         Definition.model_validate({**PAGED, "constraints": ["kv_indptr.__class__ == 1"]})
+    torchish = Definition.model_validate({**PAGED, "constraints": ["kv_indices.numel() == kv_indptr[-1].item()",
+                                                                   "kv_indptr.dim() == 1"]})
+    make_inputs(torchish, Workload(axes=w.axes), 0)  # torch's numel() and dim() answered on the drawn arrays
 
 
 def test_constraints_null_is_no_constraint():

@@ -11,7 +11,10 @@ spells them:
   no pages has no last page).
 - ``<p>_indices`` (1-D, integer): page (or token) ids in [0, num_pages) (the ``num_pages`` axis), distinct where
   there are enough pages;
-- ``<p>_last_page_len`` (1-D, integer): in [1, page_size] (the ``page_size`` axis).
+- ``<p>_last_page_len`` (1-D, integer): in [1, page_size] (the ``page_size`` axis);
+- ``qo_indptr`` beside a ``kv_indptr`` (prefill): no sequence gets more queries than it has keys (pages times
+  page_size, the last page counted by ``kv_last_page_len``), where the totals allow, as a causal mask aligned to
+  the end of the keys needs.
 
 Constraints that read input data (``num_kv_indices == kv_indptr[-1].item()``, ``total_q == qo_indptr[-1]``) are
 *data constraints*: checked on the inputs once drawn (`check_data_constraints`), with NumPy arrays in place of
@@ -37,8 +40,19 @@ _DATA_NODES = (
     ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.And, ast.Or, ast.Not, ast.IfExp,
     ast.Call, ast.Attribute, ast.Subscript, ast.Slice, ast.Tuple,
 )
-#: attributes a data constraint may read or call (NumPy arrays have them as torch tensors do)
-_DATA_ATTRS = {"item", "shape", "size", "ndim", "sum", "min", "max", "all", "any"}
+#: attributes a data constraint may read or call (NumPy arrays have them as torch tensors do; ``numel`` and ``dim``,
+#: torch's, are given to them: `_TensorLike`)
+_DATA_ATTRS = {"item", "shape", "size", "ndim", "sum", "min", "max", "all", "any", "numel", "dim"}
+
+
+class _TensorLike(np.ndarray):
+    """A NumPy array answering torch's ``numel()`` and ``dim()`` too, for data constraints written against tensors."""
+
+    def numel(self) -> int:
+        return int(self.size)
+
+    def dim(self) -> int:
+        return int(self.ndim)
 _DATA_CALLS = {"len": len, "min": min, "max": max, "abs": abs, "int": int, "bool": bool}
 
 
@@ -76,7 +90,9 @@ def check_data_constraints(definition: "Definition", label: str, axes: dict[str,
         TaskError: a constraint is false (the message shows it, with the axis values), or fails to evaluate.
     """
     for expr in definition.data_constraints:
-        names: dict[str, Any] = {**_DATA_CALLS, **axes, **{k: v for k, v in inputs.items() if v is not None}}
+        arrays = {k: (v.view(_TensorLike) if isinstance(v, np.ndarray) else v) for k, v in inputs.items()
+                  if v is not None}
+        names: dict[str, Any] = {**_DATA_CALLS, **axes, **arrays}
         try:
             ok = eval(compile_data_constraint(expr), {"__builtins__": {}}, names)  # noqa: S307 - AST-checked
         except Exception as e:  # an index past an array, a name that is neither axis nor input
@@ -143,7 +159,7 @@ def fill_index_inputs(definition: "Definition", axes: dict[str, int], seed: int,
         by_prefix.setdefault(prefix, {})[role] = name
     page_size = axes.get("page_size")
     num_pages = axes.get("num_pages")
-    for names in by_prefix.values():
+    for prefix, names in sorted(by_prefix.items(), key=lambda kv: kv[0] == "qo"):  # queries after the KV
         if "indptr" in names and names["indptr"] in out and out[names["indptr"]] is None:
             spec = definition.inputs[names["indptr"]]
             length = axes[_axis(spec)]
@@ -152,7 +168,12 @@ def fill_index_inputs(definition: "Definition", axes: dict[str, int], seed: int,
                 _total_from_constraints(definition, names["indptr"], axes)
             if total is None:
                 total = int(rng.integers(1, 9)) * max(length - 1, 0)
-            indptr = np.concatenate([[0], np.cumsum(_split(rng, total, length - 1))]) if length else np.zeros(0)
+            caps = _kv_tokens(by_prefix.get("kv", {}), out, page_size) if prefix == "qo" else None
+            if caps is not None and len(caps) == length - 1 and length - 1 <= total <= caps.sum():
+                segments = _split_capped(rng, total, caps)  # no sequence with more queries than keys (causal)
+            else:
+                segments = _split(rng, total, length - 1)
+            indptr = np.concatenate([[0], np.cumsum(segments)]) if length else np.zeros(0)
             out[names["indptr"]] = _as(indptr, spec.dtype, names["indptr"], label)
         if "indices" in names and names["indices"] in out and out[names["indices"]] is None:
             spec = definition.inputs[names["indices"]]
@@ -165,6 +186,34 @@ def fill_index_inputs(definition: "Definition", axes: dict[str, int], seed: int,
             n = axes[_axis(spec)]
             out[names["last_page_len"]] = _as(rng.integers(1, (page_size or 1) + 1, n), spec.dtype,
                                               names["last_page_len"], label)
+
+
+def _kv_tokens(kv: dict[str, str], out: dict[str, Any], page_size: int | None) -> np.ndarray | None:
+    """Keys per sequence from the KV index arrays already in ``out``: ``kv_indptr``'s segments, counted in pages
+    where there are ``kv_indices`` ((pages - 1) * page_size + last_page_len, or pages * page_size), else tokens."""
+    indptr = out.get(kv.get("indptr", ""))
+    if indptr is None:
+        return None
+    seg = np.diff(np.asarray(indptr, np.int64))
+    if "indices" not in kv:
+        return seg
+    last = out.get(kv.get("last_page_len", ""))
+    size = page_size or 1
+    if last is not None and len(last) == len(seg):
+        return np.where(seg > 0, (seg - 1) * size + np.asarray(last, np.int64), 0)
+    return seg * size
+
+
+def _split_capped(rng: np.random.Generator, total: int, caps: np.ndarray) -> np.ndarray:
+    """Segment lengths in [1, caps[i]] summing to ``total`` (1 <= total - len(caps) + len(caps) <= caps.sum())."""
+    seg = np.minimum(np.ones(len(caps), np.int64), caps)
+    left = total - int(seg.sum())
+    while left > 0:
+        room = caps - seg
+        add = np.minimum(rng.multinomial(left, room / room.sum()), room)
+        seg += add
+        left -= int(add.sum())
+    return seg
 
 
 def _axis(spec) -> str:
