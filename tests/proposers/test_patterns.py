@@ -85,3 +85,22 @@ def test_a_catalog_limit_removes_a_knob_value_with_its_reason(smaller_h200):
     full = PatternsProposer(TASK, "cuda", catalog.to_spec("h100-sxm"))
     assert {e.choice for e in full.refine(tree, naive.id, None)
             if isinstance(e, Insert) and e.decision == "knob threads"} == {"threads=64", "threads=256"}
+
+
+def test_a_knob_the_new_choice_also_has_is_kept_when_the_choice_changes():
+    """token_tile=32 set under gather stays when the next step picks vector-transpose (which has token_tile too):
+    the path said 32 while the kernel was rendered with the default 64."""
+    p = PatternsProposer(TASK, "cpu", None)
+    tree, _ = apply(Tree.new(), p.initial_edits(Tree.new()))
+    fam = next(n for n in tree if n.choice == "channel-vectorized")
+    tree, (r,) = apply(tree, [Insert(parent_id=fam.id, decision="knob token_tile", choice="token_tile=32",
+                                     action=fam.action, payload={**fam.payload, "knobs": {"token_tile": 32},
+                                                                 "step": {"knob": "token_tile", "value": 32}})])
+    tile = tree[r.node_ids[0]]
+    tree = attach(attach(tree, ROOT_ID, "c0", EvalSummary(status="PASSED", score=1.0)),
+                  fam.id, "c1", EvalSummary(status="PASSED", score=2.0))
+    tree = attach(tree, tile.id, "c2", EvalSummary(status="PASSED", score=3.0))
+    kids = [e for e in p.refine(tree, tile.id, None) if isinstance(e, Insert) and e.payload["step"].get("decision")]
+    moved = [k for k in kids if k.payload["choices"].get(k.payload["step"]["decision"]) in
+             ("vector-transpose", "pipelined-transpose", "gather")]
+    assert moved and all(k.payload["knobs"] == {"token_tile": 32} for k in moved)

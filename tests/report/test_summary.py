@@ -72,3 +72,23 @@ def test_the_tree_view_counts_hidden_open_and_dropped_nodes_apart():
     console.print(tree_view(t, show_open=False))
     text = console.export_text()
     assert "… 3 open actions, 1 dropped" in text and "o1" not in text
+
+
+def test_the_decision_path_says_which_step_took_a_setting_away():
+    """n1 sets a knob of the tiled choice; n2 replaces the choice (untiled: no such knob): n1's line says its
+    setting is not in the kernel and names n2; nodes without a pack path (llm) are shown as they are."""
+    from ksearch.report.summary import decision_path
+    from ksearch.search.edits import Insert, apply
+    from ksearch.search.worldmodel import ROOT_ID, Action, Tree
+
+    def node(parent, decision, choice, knobs, step, choices=None):
+        return Insert(parent_id=parent, decision=decision, choice=choice, action=Action(title=choice),
+                      payload={"choices": choices or {"pre": "tiled"}, "knobs": knobs, "step": step})
+
+    tree, (r1,) = apply(Tree.new(), [node(ROOT_ID, "knob token_tile", "token_tile=32", {"token_tile": 32},
+                                          {"knob": "token_tile", "value": 32})])
+    tree, (r2,) = apply(tree, [node(r1.node_ids[0], "pre-pass", "untiled", {},
+                                    {"decision": "pre", "choice": "untiled"}, {"pre": "untiled"})])
+    lines = decision_path(tree, r2.node_ids[0])
+    assert "token_tile=32  [not in this kernel: dropped by" in lines[1] and r2.node_ids[0] in lines[1]
+    assert "not in this kernel" not in lines[0] + lines[2]

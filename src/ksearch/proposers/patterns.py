@@ -172,7 +172,12 @@ class PatternsProposer:
                 if ch.id == current:
                     continue
                 new_choices = {**choices, dec.id: ch.id}
-                kept_knobs = {k: v for k, v in knobs.items() if k not in self.pack.decision(dec.id).choice(current).knobs}
+                # the old choice's knobs go with it, except those the new choice has too and whose value it takes:
+                # dropping a token_tile=32 set above when gather became vector-transpose (both tile) made the
+                # path say 32 and the kernel 64
+                old = self.pack.decision(dec.id).choice(current).knobs
+                kept_knobs = {k: v for k, v in knobs.items()
+                              if k not in old or (k in ch.knobs and ch.knobs[k].coerce(v) is not None)}
                 key = _path_key(new_choices, kept_knobs)
                 if key in seen:
                     continue

@@ -57,13 +57,31 @@ def summary_table(report: FinalReport) -> Table:
 
 
 def decision_path(tree: Tree, node_id: str) -> list[str]:
-    """One line per step from the root to the node: decision, choice, measured speedup over naive."""
+    """One line per step from the root to the node: decision, choice, measured speedup over naive. A step whose
+    setting a later step took away (a knob of a choice that a later step replaced: the node's kernel no longer has
+    it) says so and names that step: the path then reads as the kernel is, not as the moves were made."""
+    path = tree.path(node_id)
     lines = []
-    for n in tree.path(node_id):
+    for i, n in enumerate(path):
         score = n.evaluation.score if n.evaluation and n.evaluation.score else None
         what = "naive kernel" if n.id == ROOT_ID else f"{n.decision}: {n.choice}"
-        lines.append(f"{n.id:>5}  {what}" + (f"  ({score:.2f}x naive)" if score else ""))
+        gone = next((m for m in path[i + 1:] if not _holds(m.payload, n.payload.get("step"))), None)
+        lost = f"  [not in this kernel: dropped by {gone.id} ({gone.decision}: {gone.choice})]" if gone else ""
+        lines.append(f"{n.id:>5}  {what}" + (f"  ({score:.2f}x naive)" if score else "") + lost)
     return lines
+
+
+def _holds(payload: dict, step: dict | None) -> bool:
+    """Whether a node whose payload carries a whole path (``choices``, ``knobs``: the patterns proposer's) still
+    has the setting ``step`` made (``{"knob": K, "value": V}``, ``{"decision": D, "choice": C}``); True where
+    either is unknown (another proposer's nodes)."""
+    if not step or "choices" not in payload:
+        return True
+    if "knob" in step:
+        return payload.get("knobs", {}).get(step["knob"]) == step.get("value")
+    if "decision" in step:
+        return payload["choices"].get(step["decision"]) == step.get("choice")
+    return True
 
 
 _STYLE = {NodeStatus.SOLVED: "green", NodeStatus.REGRESSED: "yellow", NodeStatus.FAILED: "red",
