@@ -215,6 +215,34 @@ def test_float8_and_uint8_inputs_reach_a_torch_reference_and_it_may_return_a_dic
         run_reference(Definition.model_validate(missing), x)
 
 
+E5M2_OUT = {
+    "name": "to_e5m2", "op_type": "quantize", "axes": {"n": {"type": "var"}},
+    "inputs": {"x": {"shape": ["n"], "dtype": "float16"}},
+    "outputs": {"y": {"shape": ["n"], "dtype": "float8_e5m2"}},
+    "reference": "import torch\n\ndef run(x):\n    return x.to(torch.float8_e5m2)\n",
+}
+#: float16 -> float8_e5m2 is float16's top byte, rounded to nearest even (finite inputs)
+E5M2_KERNEL = """#include <stdint.h>
+#include <string.h>
+void run(const _Float16 *x, uint8_t *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h; memcpy(&h, &x[i], 2);
+        h += 0x7f + ((h >> 8) & 1);
+        y[i] = (uint8_t)(h >> 8);
+    }
+}
+"""
+
+
+def test_a_float8_output_is_decoded_before_it_is_compared():
+    pytest.importorskip("torch", reason="the reference is PyTorch")
+    from ksearch.tasks.loader import Task
+
+    task = Task(Definition.model_validate(E5M2_OUT), [Workload(name="n100", axes={"n": 100})])
+    assert _evaluate(task, E5M2_KERNEL).status is Status.PASSED
+    assert _evaluate(task, E5M2_KERNEL.replace("y[i] = ", "y[i] = 1 + ")).status is Status.INCORRECT_NUMERICAL
+
+
 def test_flashinfer_bench_tolerance_rule_and_matched_ratio():
     from ksearch.eval.compare import compare
     from ksearch.tasks.flashinfer import fib_tolerance

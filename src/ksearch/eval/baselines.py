@@ -125,6 +125,7 @@ def _check_and_time(task: Task, module: dict, inputs: dict, result: WorkloadResu
     run = module["run"]
     d = task.definition
     outs = run(**inputs)
+    outs = [outs[n] for n in d.outputs] if isinstance(outs, dict) else outs  # by output name, as a reference may
     outs = outs if isinstance(outs, (tuple, list)) else (outs,)
     want = want if want is not None else run_reference(d, inputs)
     for (oname, spec), got in zip(d.outputs.items(), outs):

@@ -46,7 +46,7 @@ from ksearch.eval.timing import (Contender, Reference, RoundTimer, calibrate, co
 from ksearch.hardware.load import LoadMeter
 from ksearch.targets import get_target
 from ksearch.tasks.definition import Definition, Workload
-from ksearch.tasks.inputs import numpy_dtype, poison_byte, to_float64
+from ksearch.tasks.inputs import BIT_STORED, numpy_dtype, poison_byte, to_float64
 from ksearch.tasks.loader import Task
 
 if TYPE_CHECKING:
@@ -464,7 +464,7 @@ class Evaluator:
             got = self._read_output(out_paths[name], spec, axes)
             if isinstance(got, str):
                 return Status.REJECTED, got, float("nan"), float("nan")
-            if spec.dtype == "bfloat16":
+            if spec.dtype in BIT_STORED:  # bfloat16 and float8 outputs are bits
                 got = to_float64(got, spec.dtype)
             status, a, r, msg = compare(got, want[name], self.definition.tolerance_for(spec.dtype), errors, used)
             worst_abs, worst_rel = max(worst_abs, a), max(worst_rel, r)

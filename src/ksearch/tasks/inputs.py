@@ -40,6 +40,10 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
 }
 
 
+#: task dtypes NumPy holds as raw bits (decoded by `to_float64`)
+BIT_STORED = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+
+
 def numpy_dtype(dtype: str) -> np.dtype:
     """Storage dtype for a task dtype. Raises TaskError for dtypes ksearch cannot hold yet (fp8, fp4)."""
     try:

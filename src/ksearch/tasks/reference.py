@@ -10,7 +10,7 @@ import numpy as np
 
 from ksearch.errors import TaskError
 from ksearch.tasks.definition import Definition
-from ksearch.tasks.inputs import to_float64
+from ksearch.tasks.inputs import BIT_STORED, to_float64
 
 _COMPILED: dict[str, object] = {}
 
@@ -44,8 +44,8 @@ def run_reference(definition: Definition, inputs: dict) -> dict[str, np.ndarray]
     if definition.reference_backend == "torch":
         result = _run_torch(definition, run, inputs)
     else:
-        def widen(k):   # native: run widens float16/float32 itself; bfloat16 bits always need decoding
-            return definition.reference_inputs == "float64" or definition.inputs[k].dtype == "bfloat16"
+        def widen(k):   # native: run widens float16/float32 itself; bfloat16 and float8 bits always need decoding
+            return definition.reference_inputs == "float64" or definition.inputs[k].dtype in BIT_STORED
         args = {k: (to_float64(v, definition.inputs[k].dtype) if isinstance(v, np.ndarray) and widen(k) else v)
                 for k, v in inputs.items()}
         try:
