@@ -294,3 +294,40 @@ def test_cli_tasks_show_import_and_run_without_a_pack(tmp_path, monkeypatch):
     monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
     r = runner.invoke(app, ["run", str(tmp_path / "t"), "--budget", "1"])
     assert r.exit_code == 2 and "--model MODEL" in r.output and "no knowledge pack" in r.output, r.output
+
+
+def test_safetensors_bfloat16_and_float8_tensors_come_back_as_their_bits(tmp_path):
+    torch = pytest.importorskip("torch", reason="torch writes the bfloat16 and float8 tensors")
+    from safetensors.torch import save_file
+
+    from ksearch.tasks.safetensors_io import read_tensor
+
+    a = torch.randn(3, 5).to(torch.bfloat16)
+    b = torch.randn(7).to(torch.float8_e4m3fn)
+    save_file({"a": a, "b": b}, str(tmp_path / "t.safetensors"))
+    got = read_tensor(str(tmp_path / "t.safetensors"), "a", "bfloat16", (3, 5), "a")
+    assert got.dtype == np.uint16 and (got == a.view(torch.int16).numpy().view(np.uint16)).all()
+    got = read_tensor(str(tmp_path / "t.safetensors"), "b", "float8_e4m3fn", (7,), "b")
+    assert (got == b.view(torch.uint8).numpy()).all()
+    with pytest.raises(TaskError, match=r"has shape \[7\], the workload's axes give \[8\]"):
+        read_tensor(str(tmp_path / "t.safetensors"), "b", "float8_e4m3fn", (8,), "b")
+
+
+def test_workloads_option_takes_a_file_or_names(tmp_path):
+    from ksearch.cli.options import workloads_args
+
+    f = tmp_path / "w.jsonl"
+    f.write_text("")
+    assert workloads_args(str(f), "") == (None, str(f))
+    assert workloads_args("M=1, M=2", "") == (["M=1", "M=2"], None)
+    assert workloads_args("M=1", "x.jsonl") == (["M=1"], "x.jsonl")
+
+
+def test_an_unknown_source_kind_or_path_is_a_clear_error(tmp_path):
+    from ksearch.tasks.importers import import_task
+
+    with pytest.raises(TaskError, match="unknown task source kind 'nope'; known: flashinfer-bench"):
+        import_task(ROOT, kind="nope")
+    (tmp_path / "x.txt").write_text("hello")
+    with pytest.raises(TaskError, match="not a task ksearch can import; it reads: flashinfer-bench"):
+        import_task(tmp_path / "x.txt")
