@@ -18,12 +18,12 @@ from ksearch.cli.options import (EXECUTOR_HELP, RAY_ADDRESS_HELP, STRATEGY_HELP,
 from ksearch.errors import LLMBudgetExhausted, LLMError, LLMUnavailable
 from ksearch.llm.settings import infer_backend
 from ksearch.records import FinalReport
-from ksearch.report.summary import decision_path, summary_table, tree_view, verdict_lines
+from ksearch.report.summary import decision_path, summary_table, verdict_lines
 from ksearch.report.tables import paired_text, wide_console
 from ksearch.run.controller import RunConfig, StepReport
 from ksearch.run.session import Session
 from ksearch.search.strategy import StrategyConfig
-from ksearch.store.runs import list_runs, open_run
+from ksearch.store.runs import list_runs
 from ksearch.targets import get_target, resolve_target
 from ksearch.targets.base import OfflineChecks
 
@@ -381,76 +381,3 @@ def runs_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."))
     for r in rows:
         if r.get("error"):
             out.print(f"{r['id']}: {r['error']}", highlight=False, markup=False)
-
-
-def show_command(
-    run: str = typer.Argument(..., help="Run id (or a unique prefix, or its directory)."),
-    show_open: bool = typer.Option(False, "--open", help="Also list the open (untried) actions."),
-    llm: bool = typer.Option(False, "--llm", help="List the llm proposer's calls: tokens, latency, cost "
-                                                   "(with --json: every prompt and reply too)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the run, its evaluations and tree as JSON."),
-) -> None:
-    """A run's results and its world model as text."""
-    from ksearch.run.controller import load_snapshot, run_config
-
-    store = open_run(run)
-    try:
-        info = store.run()
-        cfg = run_config(store)
-        snap = load_snapshot(store)
-        tree = snap[0] if snap else None
-        evals = store.evaluations()
-        final = store.baseline("final")
-        calls = store.llm_calls() if llm else None
-        report = None
-        if not as_json and final and final.get("naive"):
-            # the report kept when the run finished; rebuilt from the final measurements for a run finished before
-            # reports were kept (or killed between the two writes)
-            measured, report = store.final(), store.report()
-            if measured is not None and (report is None or report.best_candidate_id != measured.best_candidate_id):
-                node = tree.best() if tree else None
-                report = FinalReport.build(info, len(evals), node.id if node else None, measured)
-    finally:
-        store.close()
-    if as_json:
-        doc = {"run": info, "evaluations": [
-            {"seq": s, "node_id": n, "candidate_id": e.candidate_id, "status": e.status.value,
-             "message": e.message[:500]} for s, n, e in evals],
-            "tree": json.loads(tree.model_dump_json()) if tree else None, "final": final}
-        if calls is not None:
-            from ksearch.report.llm import llm_totals
-
-            doc["llm_calls"] = [json.loads(c.model_dump_json()) for c in calls]
-            doc["llm_totals"] = llm_totals(calls)
-        typer.echo(json.dumps(doc, indent=2))
-        return
-    if calls is not None:
-        from ksearch.report.llm import llm_table
-
-        out = wide_console()
-        out.print(llm_table(calls) if calls else f"run {info['id']} made no llm calls (proposer {cfg.proposer})")
-        return
-    out = wide_console()
-    out.print(f"[bold]{info['id']}[/] · {info['task']} · {info['target']} · {info['status']} · "
-              f"{len(evals)} of {cfg.budget} evaluations · created {info['created_at']}")
-    if tree is None:
-        out.print("no tree yet")
-        return
-    if tree.in_flight:
-        out.print(f"{len(tree.in_flight)} evaluations were in flight when the run stopped "
-                  f"({', '.join(sorted(tree.in_flight))}): `ksearch resume {info['id']}` judges them first",
-                  highlight=False, markup=False)
-    best = tree.best()
-    out.print(tree_view(tree, best.id if best else None, show_open))
-    if report is not None:
-        out.print(summary_table(report))
-        for line in verdict_lines(report):
-            out.print(line, highlight=False)
-        if report.reproduce:
-            out.print(f"judge the best kernel again exactly: [bold]{escape(report.reproduce)}[/]", highlight=False)
-    failures = [(s, n, e) for s, n, e in evals if not e.status.passed]
-    if failures:
-        out.print(f"\n[bold]{len(failures)} failed evaluations[/]")
-        for s, n, e in failures[:20]:
-            out.print(f"  [{s}] {n}: {e.status.value}: {e.message.splitlines()[0][:150] if e.message else ''}",
-                      highlight=False, markup=False)
