@@ -331,3 +331,18 @@ def test_an_unknown_source_kind_or_path_is_a_clear_error(tmp_path):
     (tmp_path / "x.txt").write_text("hello")
     with pytest.raises(TaskError, match="not a task ksearch can import; it reads: flashinfer-bench"):
         import_task(tmp_path / "x.txt")
+
+
+@pytest.mark.slow
+def test_a_run_keeps_its_workloads_file_absolute_for_resume(tmp_path, monkeypatch):
+    from ksearch.llm.settings import LLMSettings
+    from ksearch.run.controller import RunConfig, run_config
+    from ksearch.run.session import Session
+
+    (tmp_path / "w.jsonl").write_text(json.dumps({"axes": {"batch_size": 3}, "uuid": "zz"}) + "\n")
+    monkeypatch.chdir(tmp_path)
+    cfg = RunConfig(task=f"{ROOT}/rmsnorm_h4096", target="null", proposer="llm", workloads_file="w.jsonl",
+                    llm=LLMSettings(backend="queue", queue_dir=str(tmp_path / "q")), budget=1)
+    with Session.create(cfg) as s:  # nothing is asked of the model before the search runs
+        assert [w.name for w in s.task.workloads] == ["batch_size=3"]
+        assert run_config(s.store).workloads_file == str(tmp_path / "w.jsonl")
