@@ -50,10 +50,11 @@ def is_dataset_root(path: Path) -> bool:
 
 def dataset_root_of(path: Path) -> Path | None:
     """The dataset root above a file under its ``definitions/`` or ``workloads/`` folder, or None."""
-    for parent in path.resolve().parents:
-        if path.resolve().is_relative_to(parent / "definitions") or path.resolve().is_relative_to(parent / "workloads"):
-            if is_dataset_root(parent) or (parent / "workloads").is_dir():
-                return parent
+    full = path.resolve()
+    for parent in full.parents:
+        if parent.name in ("definitions", "workloads") and (is_dataset_root(parent.parent)
+                                                            or (parent.parent / "workloads").is_dir()):
+            return parent.parent
     return None
 
 
@@ -142,7 +143,8 @@ def label_workloads(definition: Definition, workloads: list[Workload]) -> None:
 
 
 def _detect(path: Path) -> bool:
-    return is_dataset_root(path.parent) and not path.exists() or is_dataset_root(path)
+    """A dataset root, or ``ROOT/NAME`` (a path that does not exist, in a dataset root)."""
+    return is_dataset_root(path) or (not path.exists() and is_dataset_root(path.parent))
 
 
 def _load(path: Path, workloads: Path | None):
