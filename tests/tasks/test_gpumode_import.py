@@ -160,3 +160,17 @@ def test_a_relation_no_line_explains_is_the_workloads_own_pairs():
     assert relation("y", [4, 9, 25], [{"n": 2}, {"n": 3}, {"n": 5}]) == \
         "(n == 2 and y == 4) or (n == 3 and y == 9) or (n == 5 and y == 25)"
     assert relation("y", [7, 11], [{"m": 3, "n": 2}, {"m": 3, "n": 4}]) == "y == 2 * n + 3"
+
+
+def test_a_flag_among_the_sizes_is_a_zero_one_axis(tmp_path):
+    folder = tmp_path / "flag_py"
+    folder.mkdir()
+    (folder / "task.yml").write_text('tests:\n  - {"size": 4, "negate": true, "seed": 1}\n'
+                                     '  - {"size": 5, "negate": false, "seed": 2}\n')
+    (folder / "reference.py").write_text(
+        "import torch\n\n\ndef generate_input(size, negate, seed):\n    x = torch.ones(size)\n"
+        "    return -x if negate else x\n\n\ndef ref_kernel(data):\n    return data * 2\n\n\n"
+        "def check_implementation(data, output):\n    return ''\n")
+    task = load_task(folder)
+    assert [w.axes for w in task.workloads] == [{"size": 4, "negate": 1}, {"size": 5, "negate": 0}]
+    assert make_inputs(task.definition, task.workloads[0], 3)["data"].tolist() == [-1.0] * 4

@@ -153,10 +153,11 @@ def _workload_sizes(path: Path, spec: dict) -> tuple[list[str], list[tuple[str, 
         for i, entry in enumerate(spec.get(key) or []):
             if not isinstance(entry, dict):
                 raise TaskError(f"{path}/task.yml: {key}[{i}] must be a mapping of sizes, found {entry!r}")
-            sizes = {k: v for k, v in entry.items() if k != "seed"}
+            sizes = {k: int(v) if isinstance(v, bool) else v for k, v in entry.items() if k != "seed"}
             bad = {k: v for k, v in sizes.items() if type(v) is not int}
             if bad:
-                raise TaskError(f"{path}/task.yml: {key}[{i}] gives {bad}; ksearch axes are integers")
+                raise TaskError(f"{path}/task.yml: {key}[{i}] gives {bad}; ksearch axes are integers (a true/false "
+                                "flag is read as 1/0)")
             label = "-".join(f"{k}{v}" for k, v in sizes.items())
             rows.append((f"{prefix}{i}-{label}" if label else f"{prefix}{i}", purpose, sizes, int(entry.get("seed", 0))))
     if not rows:
@@ -232,6 +233,9 @@ def _probe(ns: dict, origin: str, rows) -> tuple[list, list, bool]:
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         if not all(hasattr(o, "shape") for o in outs):
             raise TaskError(f"{origin}: ref_kernel returns {type(out).__name__}; ksearch compares tensors")
+        if data_all and (len(parts), len(outs)) != (len(data_all[0]), len(out_all[0])):
+            raise TaskError(f"{origin}: {name} has {len(parts)} data parts and {len(outs)} outputs, the first "
+                            f"workload {len(data_all[0])} and {len(out_all[0])}")
         data_all.append(parts)
         out_all.append(outs)
     return data_all, out_all, is_tuple
