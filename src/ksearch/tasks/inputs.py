@@ -125,8 +125,9 @@ def make_inputs(definition: Definition, workload: Workload, seed: int) -> dict[s
         name -> array of the input's concrete shape (axes substituted) and storage dtype, or a Python scalar.
 
     Raises:
-        TaskError: an input the workload gives in a form not supported yet (safetensors), a bad dtype, or an
-            input too large to allocate. A definition with an ``input_generator`` gets its inputs from it
+        TaskError: a bad dtype, an input too large to allocate, a safetensors input whose file, key, dtype or shape
+            does not fit, or a constraint over input data that the inputs break (`ksearch.tasks.structured`). A
+            definition with an ``input_generator`` gets its inputs from it
             (`ksearch.tasks.generated.generate_inputs`, which raises for a failing one).
     """
     if definition.input_generator is not None:  # the task's own generator (imported KernelBench, GPU MODE problems)
