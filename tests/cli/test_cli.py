@@ -350,3 +350,10 @@ def test_the_reproduce_command_names_the_candidate_target_and_workloads():
     cfg = RunConfig(task="selective-scan", target="cpu", workloads=["tiny", "odd"])
     assert reproduce_command(cfg, "/r/my run/best/candidate.json") == \
         "ksearch eval selective-scan '/r/my run/best/candidate.json' --target cpu -w tiny,odd"
+
+
+def test_a_typoed_task_name_gets_a_did_you_mean():
+    r = runner.invoke(app, ["tasks", "show", "selectve-scan"])
+    assert "no task 'selectve-scan' (did you mean 'selective-scan'?)" in str(r.exception)
+    r = runner.invoke(app, ["tasks", "show", "zzzz"])
+    assert "did you mean" not in str(r.exception)

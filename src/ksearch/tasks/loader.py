@@ -227,7 +227,12 @@ def load_task(name_or_path: str | Path, workloads: str | Path | None = None) -> 
         from ksearch.tasks.importers import detect, import_task
 
         if detect(path) is None and not path.exists():
-            raise TaskError(f"no task {name!r}: not a built-in ({', '.join(builtin_names())}) nor a file or directory")
+            import difflib
+
+            close = difflib.get_close_matches(name, builtin_names(), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TaskError(f"no task {name!r}{hint}: not a built-in ({', '.join(builtin_names())}) nor a file or "
+                            "directory")
         return import_task(path, workloads)
     if workloads is not None:
         task.workloads = _read_workloads(Path(workloads), task.definition)
