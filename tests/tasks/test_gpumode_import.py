@@ -174,3 +174,15 @@ def test_a_flag_among_the_sizes_is_a_zero_one_axis(tmp_path):
     task = load_task(folder)
     assert [w.axes for w in task.workloads] == [{"size": 4, "negate": 1}, {"size": 5, "negate": 0}]
     assert make_inputs(task.definition, task.workloads[0], 3)["data"].tolist() == [-1.0] * 4
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the hint is for a torch without CUDA")
+def test_a_problem_on_cuda_without_cuda_says_so(tmp_path):
+    folder = tmp_path / "cuda_py"
+    folder.mkdir()
+    (folder / "task.yml").write_text('tests:\n  - {"size": 4, "seed": 1}\n')
+    (folder / "reference.py").write_text(
+        "import torch\n\n\ndef generate_input(size, seed):\n    return torch.randn(size, device='cuda')\n\n\n"
+        "def ref_kernel(data):\n    return data\n\n\ndef check_implementation(data, output):\n    return True\n")
+    with pytest.raises(TaskError, match="the problem allocates on CUDA"):
+        load_task(folder)

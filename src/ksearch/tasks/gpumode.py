@@ -213,8 +213,10 @@ def _probe(ns: dict, origin: str, rows) -> tuple[list, list, bool]:
         try:
             data = ref.generate_input(**sizes, seed=seed)
         except Exception as e:
+            hint = "" if torch.cuda.is_available() or "cuda" not in str(e).lower() else \
+                " (the problem allocates on CUDA, which this torch cannot reach: load it where a CUDA build of torch sees a GPU)"
             raise TaskError(f"{origin}: generate_input({sizes}, seed={seed}) for {name} raised "
-                            f"{type(e).__name__}: {e}") from None
+                            f"{type(e).__name__}: {e}{hint}") from None
         is_tuple = isinstance(data, (tuple, list))
         parts = list(data) if is_tuple else [data]
         if not all(hasattr(p, "shape") or isinstance(p, (int, float)) for p in parts):
