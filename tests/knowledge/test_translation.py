@@ -127,3 +127,12 @@ def test_every_map_checks_the_extreme_dt_property(pair):
     """The property workload of issue 7 is named by an assertion of every map, for both dtypes."""
     checks = {(c.task, c.workload) for a in load_translation(*pair).assertions for c in a.checks}
     assert {("selective-scan", "extreme-dt"), ("selective-scan-fp16", "extreme-dt")} <= checks
+
+
+@pytest.mark.parametrize("pair", available(), ids=lambda p: "-".join(p))
+def test_sources_are_public_documents_not_the_project_brief(pair):
+    """`ksearch knowledge show` cited ../shared/reference/*.md, a path outside this repository: every source is a
+    document a reader can find (a datasheet, a specification, a paper, a page)."""
+    r = CliRunner().invoke(app, ["knowledge", "show", "--from", pair[0], "--to", pair[1]])
+    assert r.exit_code == 0, r.output
+    assert "shared/reference" not in r.output and "../" not in " ".join(load_translation(*pair).sources.values())
