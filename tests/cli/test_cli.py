@@ -357,3 +357,30 @@ def test_a_typoed_task_name_gets_a_did_you_mean():
     assert "no task 'selectve-scan' (did you mean 'selective-scan'?)" in str(r.exception)
     r = runner.invoke(app, ["tasks", "show", "zzzz"])
     assert "did you mean" not in str(r.exception)
+
+
+def test_eval_runs_the_naive_kernel_only_beside_the_candidate(tmp_path, monkeypatch):
+    """The naive kernel is timed (and checked) in the paired rounds alone: no evaluation of it on its own first."""
+    import ksearch.cli.eval_cmd as eval_cmd
+    import ksearch.targets.base as base
+    from ksearch.records import Candidate
+
+    calls = []
+
+    class Judge:
+        def __init__(self, *a, **k):
+            pass
+
+        def naive_candidate(self):
+            return Candidate(target="cpu", sources={"kernel.c": "naive"})
+
+        def evaluate(self, candidate, names, references=()):
+            calls.append((candidate.sources, [r.role for r in references]))
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(base, "spec_for_target", lambda target: None)
+    monkeypatch.setattr(eval_cmd, "Evaluator", Judge)
+    k = tmp_path / "k.c"
+    k.write_text(kernels.WRONG)
+    runner.invoke(app, ["eval", "selective-scan", str(k), "-w", "tiny"])
+    assert calls == [({"k.c": kernels.WRONG}, ["naive"])]

@@ -64,7 +64,7 @@ def eval_command(
             given = Candidate.model_validate_json(source)
         except ValueError as e:
             raise TaskError(f"{kernel} is not a candidate JSON: {str(e).splitlines()[0]}") from None
-    selected = t.select(names)
+    t.select(names)  # an unknown workload name is refused here, before anything is built
     target = resolve_target(target)
     if given is not None and given.target != target:
         raise TaskError(f"{kernel} is a candidate for target {given.target!r}, not {target!r}: "
@@ -91,11 +91,10 @@ def eval_command(
                     status.update(msg)
 
             ev_ = Evaluator(t, target, hardware, cfg, progress)
-            naive_ev, refs = None, []
-            if naive and t_.naive_candidate(t) is not None:  # checked alone, then timed beside it (paired rounds)
-                naive_ev = ev_.measure_naive(selected, timing=False)
-                if naive_ev.status.passed:
-                    refs = [Reference("naive", ev_.naive_candidate())]
+            # the naive kernel is timed beside the candidate (paired rounds), its outputs checked on every timed
+            # call there: no check of it alone first (that ran it on every workload and seed once more; a naive
+            # kernel that fails is dropped from the rounds, and said so below)
+            refs = [Reference("naive", ev_.naive_candidate())] if naive and t_.naive_candidate(t) is not None else []
             candidate = given or Candidate(target=target, sources={kernel.name: source}, entry_point=entry,
                                            compile_flags=flags.split(), launch=plan)
             if given is None:
@@ -111,8 +110,9 @@ def eval_command(
         out.print(evaluation_table(result, title=f"{t.name} · {kernel.name} · {target}"))
         if result.message and not result.status.passed:  # the kernel's own text may be in it: no markup, no escapes
             out.print(f"[bold red]{result.status.value}[/]: {escape(clean(result.message))}", highlight=False)
-        if naive_ev is not None and not naive_ev.status.passed:
-            out.print(f"[yellow]naive kernel: {naive_ev.status.value}: {escape(clean(naive_ev.message))}[/]")
+        for p in result.paired:
+            if p.role == "naive" and p.ratio is None and p.note and result.status.passed:
+                out.print(f"[yellow]naive kernel: not timed beside it: {escape(clean(p.note))}[/]", highlight=False)
         for fault in result.infra_faults:
             out.print(f"[yellow]{escape(fault)}[/]", highlight=False)
         for line in ceilings_lines(hardware):
