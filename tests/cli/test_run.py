@@ -53,7 +53,8 @@ def env(tmp_path):
 def test_run_json_summary_and_show(env, tmp_path):
     p = ksearch(*ARGS, "--json", env=env)
     assert p.returncode == 0, p.stderr
-    s = json.loads(p.stdout)
+    s = json.loads(p.stdout)  # stdout: the JSON alone; the progress went to stderr
+    assert "in-search best" in p.stderr and "[  5]" in p.stderr
     assert s["evaluations"] == 5 and s["status"] == "finished"
     assert {"run_id", "evaluations", "best_candidate_id", "workloads"} <= set(s)
     for w in s["workloads"]:
@@ -114,3 +115,13 @@ def test_ctrl_c_stops_cleanly(env, tmp_path):
     assert "ksearch resume" in err and "Traceback" not in err
     listing = json.loads(ksearch("runs", "list", "--json", env=env).stdout)
     assert listing[0]["status"] == "interrupted"
+
+
+def test_eta_is_evaluations_left_times_the_recent_time_per_evaluation():
+    from ksearch.cli.run_cmd import eta_s
+
+    steps = [(0.0, 0), (100.0, 1), (110.0, 2), (120.0, 3)]  # a slow first step, then 10 s each
+    assert eta_s(steps, 10, recent=2) == 100.0
+    assert eta_s(steps, 10) == 400.0  # over all three steps: 120 s / 3
+    assert eta_s(steps, 10, time_left_s=30.0, recent=2) == 30.0  # the time limit comes first
+    assert eta_s(steps[:1], 10) is None and eta_s(steps, 0) is None

@@ -101,7 +101,7 @@ def test_decision_lists_alternatives():
     )
     d = decide(t, S0)
     assert d.node_id == "a" and [a[0] for a in d.alternatives] == ["a", "b", "c"]
-    assert d.reason.startswith("best score; a 'a': score ") and not d.backoff
+    assert d.reason.startswith("ranked first; a 'a': ranking ") and not d.backoff
     assert Decision.model_validate_json(d.model_dump_json()) == d
 
 

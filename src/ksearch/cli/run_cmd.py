@@ -33,14 +33,15 @@ err = wide_console(stderr=True)
 def _drive(session: Session, as_json: bool, time_limit_s: float | None = None) -> None:
     """Run the search to its end with a progress bar, then print (or emit as JSON) the summary."""
     c = session.controller
-    quiet = as_json
+    quiet = False  # progress goes to stderr with --json too: stdout carries only the JSON summary
     with Progress(TextColumn("[bold]{task.fields[phase]}"), BarColumn(), TextColumn("{task.fields[count]}"),
                   TextColumn("{task.fields[best]}"), TimeElapsedColumn(), TextColumn("{task.fields[now]}"),
                   console=err, disable=quiet, transient=False, refresh_per_second=4) as bar:
-        job = bar.add_task("search", total=session.cfg.budget, phase="search", best="best —", now="",
+        job = bar.add_task("search", total=session.cfg.budget, phase="search", best="in-search best —", now="",
                            count=f"0/{session.cfg.budget}")
         rows: dict[str, object] = {}  # worker name -> its row (runs with several workers)
         t0, first = time.monotonic(), c.evaluations
+        done_at: list[tuple[float, int]] = []  # (monotonic s, evaluations) at each step: the recent pace, for the ETA
 
         def progress(msg: str) -> None:
             bar.update(job, now=escape(msg[:70]))  # progress names the planner's nodes: never markup
@@ -49,7 +50,11 @@ def _drive(session: Session, as_json: bool, time_limit_s: float | None = None) -
             done = c.evaluations
             hours = (time.monotonic() - t0) / 3600
             rate = f" · {(done - first) / hours:.0f} evals/h" if done > first and hours > 0 else ""
-            bar.update(job, completed=done, count=f"{done}/{session.cfg.budget}", best=f"best {_best(c)}{rate}")
+            left = eta_s(done_at, session.cfg.budget - done, time_limit_s - (time.monotonic() - t0)
+                         if time_limit_s else None)
+            eta = "" if left is None else f" · ETA {_duration(left)} + final stage"
+            bar.update(job, completed=done, count=f"{done}/{session.cfg.budget}",
+                       best=f"in-search best {_best(c)}{rate}{eta}")
 
         def tick() -> None:  # one row per worker: its device, the node it judges and its judge's last line
             ex = c._executor
@@ -73,8 +78,10 @@ def _drive(session: Session, as_json: bool, time_limit_s: float | None = None) -
         if not quiet:
             err.print(f"run [bold]{session.run_id}[/] · task {session.cfg.task} · target {session.cfg.target} · "
                       f"proposer {session.cfg.proposer} · budget {session.cfg.budget} · seed {session.cfg.seed}")
+            err.print(f"[dim]{IN_SEARCH_NOTE}[/]", highlight=False)
 
         def on_step(r: StepReport) -> None:
+            done_at.append((time.monotonic(), c.evaluations))
             counts()
             if not quiet:
                 score = f"{r.score:.2f}x" if r.score else r.evaluation.status.value
@@ -86,9 +93,12 @@ def _drive(session: Session, as_json: bool, time_limit_s: float | None = None) -
                     f" {ev.wall_s:5.1f}s" + (f" (load {ev.load_s:.1f}s)" if ev.load_s else "")
                 # labels are the planner's words (a model's, with the llm proposer): never markup
                 on = f" [dim]({r.worker})[/]" if r.worker and session.cfg.workers > 1 else ""
+                short = "" if r.decision.backoff else why[:60]  # a back-off gets its own line, whole
                 bar.console.print(f"  [{r.seq:>3}] {r.node_id:<5} {escape(f'{r.label[:26]:<26}')} "
                                   f"{r.node_status:<9} {score:>8}{note}{took}{_paired_note(ev, r.reused)}  "
-                                  f"[dim]{escape(why[:60])}[/]{on}", highlight=False)
+                                  f"[dim]{escape(short)}[/]{on}", highlight=False)
+                if r.decision.backoff:
+                    bar.console.print(f"        [yellow]{escape(why)}[/]", highlight=False)
 
         try:  # Ctrl-C anywhere: the naive baseline, the search or the final measurements
             c.start()
@@ -144,6 +154,32 @@ def _paired_note(ev, reused: bool) -> str:
     return ("  " + ", ".join(escape(x) for x in parts) + busy) if parts else ""
 
 
+#: what the progress line's number is, said once at the start of a run
+IN_SEARCH_NOTE = ("'in-search best': the geometric mean speedup over the naive kernel across the bench workloads, "
+                  "one timing each, that steers the search; the result is the final table, every speedup "
+                  "re-measured side by side at the end")
+
+
+def eta_s(done_at: list[tuple[float, int]], left: int, time_left_s: float | None = None,
+          recent: int = 5) -> float | None:
+    """Seconds until the search's last evaluation: evaluations ``left`` x the recent time per evaluation (over the
+    last ``recent`` steps of ``done_at``, ``(monotonic s, evaluations done)`` each; with several workers this is
+    wall time per completed evaluation), capped by the time limit's ``time_left_s``; None before two steps or
+    with nothing left. The final stage (the side-by-side measurements) is not in it."""
+    if left <= 0 or len(done_at) < 2:
+        return None
+    (t0, n0), (t1, n1) = done_at[-min(len(done_at), recent + 1)], done_at[-1]
+    if n1 <= n0:
+        return None
+    eta = left * (t1 - t0) / (n1 - n0)
+    return max(0.0, min(eta, time_left_s)) if time_left_s is not None else eta
+
+
+def _duration(s: float) -> str:
+    """``45 s``, ``12 min``, ``2.5 h``."""
+    return f"{s:.0f} s" if s < 90 else f"{s / 60:.0f} min" if s < 5400 else f"{s / 3600:.1f} h"
+
+
 def _best(c) -> str:
     s = c.state.best_score
     return "—" if s is None else f"{s:.2f}x ({c.state.best_node_id})"
@@ -157,6 +193,11 @@ def _print_summary(session: Session, report: FinalReport, as_json: bool) -> None
     out.print(summary_table(report))
     for line in verdict_lines(report):
         out.print(line, highlight=False)
+    if report.workloads and session.controller.state.best_score:
+        out.print(f"[bold]The result is this table[/] (each speedup re-measured at the end beside the naive kernel, "
+                  f"paired rounds, 99.9% interval). The in-search best, {_best(session.controller)}, was the "
+                  f"geometric mean over the bench workloads of one timing each during the search: it steered the "
+                  f"search and is not the result.", highlight=False)
     tree = session.controller.tree
     if report.best_node_id:
         out.print("\n[bold]Path to the best kernel[/]")

@@ -36,8 +36,8 @@ def verdict_lines(report: FinalReport) -> list[str]:
 def summary_table(report: FinalReport) -> Table:
     """The final table: one row per bench workload (times in ms, speedups, % of the roofline floor)."""
     ref = report.reference_baseline
-    t = Table(title=f"{report.run_id}: best kernel vs baselines (measured side by side at the end; the best "
-                    f"timed beside the naive kernel, paired rounds)")
+    t = Table(title=f"{report.run_id}: the result: best kernel vs baselines (measured side by side at the end; "
+                    f"the best timed beside the naive kernel, paired rounds)")
     for col in ("workload", "naive ms", "best ms", f"{ref} ms", "vs naive (paired, 99.9%)", f"vs {ref}",
                 "% of floor", "floor ms"):
         t.add_column(col, justify="left" if col == "workload" else "right", no_wrap=True)

@@ -290,9 +290,9 @@ def decide(tree: Tree, state: SearchState, cfg: StrategyConfig = DEFAULT) -> Dec
             head = f"branch {_label(tree, stale)} stagnated {k} evals"
             head += " but no competing branch is open; staying"
     else:
-        head = "best score"
+        head = "ranked first"  # why it was chosen (the ranking's top), not a measured result
     s, n = chosen
-    detail = f"{n.id} {n.label!r}: score {s:.3f} (rating {n.rating:g}, confidence {n.confidence:g}, "
+    detail = f"{n.id} {n.label!r}: ranking {s:.3f} (rating {n.rating:g}, confidence {n.confidence:g}, "
     detail += f"difficulty {n.difficulty}, depth {tree.depth(n.id)})"
     others = [(m.id, round(v, 6)) for v, m in ranked if m.id != n.id][: cfg.top_k - 1]
     return Decision(
