@@ -125,3 +125,22 @@ def test_eta_is_evaluations_left_times_the_recent_time_per_evaluation():
     assert eta_s(steps, 10) == 400.0  # over all three steps: 120 s / 3
     assert eta_s(steps, 10, time_left_s=30.0, recent=2) == 30.0  # the time limit comes first
     assert eta_s(steps[:1], 10) is None and eta_s(steps, 0) is None
+
+
+def test_a_back_off_reason_is_printed_whole():
+    from ksearch.cli.run_cmd import step_lines
+    from ksearch.records import Evaluation, Status
+    from ksearch.run.controller import StepReport
+    from ksearch.search.strategy import Decision
+
+    reason = ("backoff: branch 'chunked-parallel-scan (a very long family title)' stagnated 5 evals; switching to "
+              "'register-state'; n9 'x': ranking 7.000 (rating 7, confidence 0.5, difficulty 2, depth 2)")
+    ev = Evaluation(candidate_id="c", task="t", target="cpu", status=Status.PASSED)
+    r = StepReport(seq=7, node_id="n9", label="x", decision=Decision(node_id="n9", reason=reason, score=7.0,
+                                                                      backoff=True),
+                   evaluation=ev, score=1.5, node_status="solved", reused=False)
+    lines = step_lines(r)
+    assert len(lines) == 2 and "switching to 'register-state'" in lines[1] and "(a very long family title)" in lines[1]
+    r.decision = Decision(node_id="n9", reason="ranked first; n9 'x': ranking 7.000", score=7.0)
+    (line,) = step_lines(r)
+    assert "ranked first" in line and "ranking 7.000" not in line

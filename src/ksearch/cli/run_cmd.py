@@ -84,21 +84,8 @@ def _drive(session: Session, as_json: bool, time_limit_s: float | None = None) -
             done_at.append((time.monotonic(), c.evaluations))
             counts()
             if not quiet:
-                score = f"{r.score:.2f}x" if r.score else r.evaluation.status.value
-                note = "" if not r.reused else " (no kernel: nothing judged)" if not r.evaluation.candidate_id \
-                    else " (same kernel as before, not re-run)"
-                why = r.decision.reason.split(";")[0]
-                ev = r.evaluation
-                took = "" if r.reused or ev.wall_s is None else \
-                    f" {ev.wall_s:5.1f}s" + (f" (load {ev.load_s:.1f}s)" if ev.load_s else "")
-                # labels are the planner's words (a model's, with the llm proposer): never markup
-                on = f" [dim]({r.worker})[/]" if r.worker and session.cfg.workers > 1 else ""
-                short = "" if r.decision.backoff else why[:60]  # a back-off gets its own line, whole
-                bar.console.print(f"  [{r.seq:>3}] {r.node_id:<5} {escape(f'{r.label[:26]:<26}')} "
-                                  f"{r.node_status:<9} {score:>8}{note}{took}{_paired_note(ev, r.reused)}  "
-                                  f"[dim]{escape(short)}[/]{on}", highlight=False)
-                if r.decision.backoff:
-                    bar.console.print(f"        [yellow]{escape(why)}[/]", highlight=False)
+                for line in step_lines(r, session.cfg.workers):
+                    bar.console.print(line, highlight=False)
 
         try:  # Ctrl-C anywhere: the naive baseline, the search or the final measurements
             c.start()
@@ -133,6 +120,28 @@ def _drive(session: Session, as_json: bool, time_limit_s: float | None = None) -
     if c.time_limited and not as_json:  # the bar's line is overwritten by the final stage: say it at the end
         err.print(f"stopped by the time limit ({time_limit_s:g} s) after {c.evaluations} of {session.cfg.budget} "
                   f"evaluations; continue with [bold]ksearch resume {session.run_id}[/]", highlight=False)
+
+
+def step_lines(r: StepReport, workers: int = 1) -> list[str]:
+    """The progress lines of one step (rich markup): seq, node, label, status, score, time, paired verdicts and
+    why the node was chosen (its first clause, cut at 60 characters); a back-off's reason on a line of its own,
+    whole (cut at the first ';' or at 60 characters, it lost the branch it switched to)."""
+    score = f"{r.score:.2f}x" if r.score else r.evaluation.status.value
+    note = "" if not r.reused else " (no kernel: nothing judged)" if not r.evaluation.candidate_id \
+        else " (same kernel as before, not re-run)"
+    # a back-off's head is two clauses ("backoff: branch A stagnated 5 evals; switching to B"): both
+    why = "; ".join(r.decision.reason.split("; ")[:2 if r.decision.backoff else 1])
+    ev = r.evaluation
+    took = "" if r.reused or ev.wall_s is None else \
+        f" {ev.wall_s:5.1f}s" + (f" (load {ev.load_s:.1f}s)" if ev.load_s else "")
+    # labels are the planner's words (a model's, with the llm proposer): never markup
+    on = f" [dim]({r.worker})[/]" if r.worker and workers > 1 else ""
+    short = "" if r.decision.backoff else why[:60]
+    lines = [f"  [{r.seq:>3}] {r.node_id:<5} {escape(f'{r.label[:26]:<26}')} {r.node_status:<9} {score:>8}{note}"
+             f"{took}{_paired_note(ev, r.reused)}  [dim]{escape(short)}[/]{on}"]
+    if r.decision.backoff:
+        lines.append(f"        [yellow]{escape(why)}[/]")
+    return lines
 
 
 def _paired_note(ev, reused: bool) -> str:
