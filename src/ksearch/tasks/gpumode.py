@@ -213,7 +213,8 @@ def _probe(ns: dict, origin: str, rows) -> tuple[list, list, bool]:
         try:
             data = ref.generate_input(**sizes, seed=seed)
         except Exception as e:
-            hint = "" if torch.cuda.is_available() or "cuda" not in str(e).lower() else \
+            torch_device = "cuda"  # torch's device, named in the problem's own error (not a ksearch target)
+            hint = "" if torch.cuda.is_available() or torch_device not in str(e).lower() else \
                 " (the problem allocates on CUDA, which this torch cannot reach: load it where a CUDA build of torch sees a GPU)"
             raise TaskError(f"{origin}: generate_input({sizes}, seed={seed}) for {name} raised "
                             f"{type(e).__name__}: {e}{hint}") from None
