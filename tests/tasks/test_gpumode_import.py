@@ -186,3 +186,52 @@ def test_a_problem_on_cuda_without_cuda_says_so(tmp_path):
         "def ref_kernel(data):\n    return data\n\n\ndef check_implementation(data, output):\n    return True\n")
     with pytest.raises(TaskError, match="the problem allocates on CUDA"):
         load_task(folder)
+
+
+def test_a_check_returning_a_list_of_reasons_fails_on_any_and_an_unclear_value_is_refused():
+    """GPU MODE's older checks return the reasons of a mismatch (empty: passed): a non-empty list must fail (its
+    truth value passed it before); a value that could mean either is a TaskError, never a verdict."""
+    from ksearch.tasks.generated import verdict
+
+    assert verdict([]) == (True, "") and verdict(["mismatch at 3", "mismatch at 7"]) == (False,
+                                                                                       "mismatch at 3; mismatch at 7")
+    assert verdict(True) == (True, "") and verdict((False, "off")) == (False, "off") and verdict(None) == (True, "")
+    for unclear in ([1, 2], 0.5, ("a", "b", 3)):
+        with pytest.raises(TaskError, match="a check returns True/False"):
+            verdict(unclear)
+
+
+def _variant(tmp_path, name: str, reference: str):
+    d = tmp_path / name
+    d.mkdir()
+    for f in ("task.yml", "task.py"):
+        (d / f).write_text((GPUMODE / "vectoradd_py" / f).read_text())
+    (tmp_path / "utils.py").write_text((GPUMODE / "utils.py").read_text())
+    (d / "reference.py").write_text(reference)
+    return d
+
+
+def test_a_reference_returning_a_one_element_tuple_is_checked_as_a_tuple(tmp_path):
+    ref = (GPUMODE / "vectoradd_py" / "reference.py").read_text()
+    ref = ref.replace("    return A + B", "    return (A + B,)").replace(
+        "check_implementation = make_match_reference(ref_kernel, rtol=1e-6, atol=1e-6)",
+        "def check_implementation(data, output):\n"
+        "    A, B = data\n"
+        "    got = output[0]  # the problem indexes its tuple\n"
+        "    return bool(torch.allclose(got, A + B, rtol=1e-6, atol=1e-6)), 'mismatch'\n")
+    task = load_task(_variant(tmp_path, "tup_py", ref))
+    res = judge(task, VECTORADD.replace("EPS", "0.0f"))
+    assert res.status is Status.PASSED, [w.message for w in res.workloads]
+    assert judge(task, VECTORADD.replace("EPS", "1e-3f")).status is Status.INCORRECT_NUMERICAL
+
+
+def test_tasks_import_with_force_replaces_the_task_files_a_folder_held(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "definition.yaml").write_text("name: stale\n")  # read before definition.json if it stayed
+    (out / "naive.cpu.c").write_text("/* stale */\n")
+    (out / "notes.txt").write_text("mine\n")
+    write_task_dir(import_task(GPUMODE / "vectoradd_py"), out, force=True)
+    assert not (out / "definition.yaml").exists() and not (out / "naive.cpu.c").exists()
+    assert (out / "notes.txt").read_text() == "mine\n"
+    assert load_task(out).definition.name == "vectoradd_py"

@@ -209,3 +209,23 @@ def test_the_command_line_spelling_overrides_sizes():
     assert [w.name for w in task.workloads] == ["scaled-sizes"]
     with pytest.raises(TaskError, match="'dim=ten' is not NAME=INTEGER"):
         load_task(f"{FIXTURES / 'level1/19_ReLU.py'}:dim=ten")
+
+
+def test_sizes_below_one_and_annotated_constants():
+    """A size of 0 makes empty tensors any kernel passes: refused. ``NAME: int = 16`` is overridden like
+    ``NAME = 16``."""
+    with pytest.raises(TaskError, match=r"sizes \['dim'\] must be at least 1"):
+        load_task(f"{FIXTURES / 'level1/19_ReLU.py'}:dim=0")
+    from ksearch.tasks.kernelbench import override_sizes
+
+    assert override_sizes("batch_size: int = 16\ndim = 8\n", {"batch_size": 4}, "p.py") == \
+        "batch_size: int = 4\ndim = 8\n"
+
+
+def test_an_input_that_is_neither_a_tensor_nor_a_number_is_a_clear_task_error(tmp_path):
+    f = write(tmp_path, "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x, shape, mode):\n"
+                        "        return x * 2\n\n"
+                        "def get_inputs():\n    return [torch.rand(4), (4, 16), 'double']\n\n"
+                        "def get_init_inputs():\n    return []\n")
+    with pytest.raises(TaskError, match="'shape' is tuple .*ksearch passes tensors and numbers"):
+        load_task(f)

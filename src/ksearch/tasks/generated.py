@@ -139,10 +139,17 @@ def run_checker(definition: Definition, inputs: dict, outputs: dict[str, np.ndar
 
 
 def verdict(result) -> tuple[bool, str]:
-    """A check's return value as (passed, message): True/False, ``(ok, message)``, or a message (empty or None:
-    passed; GPU MODE's older checks return the reasons of a mismatch as a string)."""
-    if isinstance(result, tuple) and len(result) == 2:
+    """A check's return value as (passed, message): True/False, ``(ok, message)``, a message (empty or None:
+    passed; GPU MODE's older checks return the reasons of a mismatch as a string) or a list of reasons (empty:
+    passed). Raises TaskError for anything else: a value whose truth could mean either (a list of numbers, a
+    tensor) must not decide a verdict."""
+    if isinstance(result, (bool, np.bool_)):
+        return bool(result), "" if result else "the task's check returned False"
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], (bool, np.bool_)):
         return bool(result[0]), "" if result[0] else str(result[1])
     if result is None or isinstance(result, str):
         return not result, result or ""
-    return bool(result), "" if result else "the task's check returned False"
+    if isinstance(result, (list, tuple)) and all(isinstance(x, str) for x in result):
+        return not result, "; ".join(result)
+    raise TaskError(f"the task's check returned {type(result).__name__} {str(result)[:80]!r}; a check returns "
+                    "True/False, (ok, message), a message or a list of reasons (empty: passed)")

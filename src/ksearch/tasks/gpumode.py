@@ -85,6 +85,7 @@ _KSEARCH_SIZES = {sizes!r}  # generate_input's size arguments
 _KSEARCH_PARTS = {parts!r}  # the data's parts, in order
 _KSEARCH_TUPLE = {is_tuple!r}  # the data is a tuple (else one tensor)
 _KSEARCH_OUTPUTS = {outputs!r}
+_KSEARCH_OUT_TUPLE = {out_tuple!r}  # ref_kernel returns a tuple (its check indexes it, even with one part)
 _KSEARCH_DEVICE = {device!r}  # where generate_input put the data when the task was imported
 
 
@@ -105,7 +106,7 @@ def generate(seed, **axes):
 
 def check(inputs, outputs):
     out = tuple(outputs[n].to(_KSEARCH_DEVICE) for n in _KSEARCH_OUTPUTS)
-    return _ksearch_reference().check_implementation(_ksearch_data(inputs), out if len(out) > 1 else out[0])
+    return _ksearch_reference().check_implementation(_ksearch_data(inputs), out if _KSEARCH_OUT_TUPLE else out[0])
 '''
 
 
@@ -201,14 +202,14 @@ def _dtype(value, what: str, origin: str) -> str:
     return name
 
 
-def _probe(ns: dict, origin: str, rows) -> tuple[list, list, bool]:
+def _probe(ns: dict, origin: str, rows) -> tuple[list, list, bool, bool]:
     """The data and the reference output of every workload: ([data parts per workload], [outputs per workload],
-    whether the data is a tuple)."""
+    whether the data is a tuple, whether ref_kernel returns a tuple (a one-element one included))."""
     import torch
 
     ref = ns["_ksearch_reference"]()
     data_all, out_all = [], []
-    is_tuple = False
+    is_tuple = out_tuple = False
     for name, _, sizes, seed in rows:
         try:
             data = ref.generate_input(**sizes, seed=seed)
@@ -233,7 +234,8 @@ def _probe(ns: dict, origin: str, rows) -> tuple[list, list, bool]:
                 out = ref.ref_kernel(tuple(copies) if isinstance(data, (tuple, list)) else copies[0])
             except Exception as e:
                 raise TaskError(f"{origin}: ref_kernel on {name} raised {type(e).__name__}: {e}") from None
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        out_tuple = isinstance(out, (tuple, list))
+        outs = list(out) if out_tuple else [out]
         if not all(hasattr(o, "shape") for o in outs):
             raise TaskError(f"{origin}: ref_kernel returns {type(out).__name__}; ksearch compares tensors")
         if data_all and (len(parts), len(outs)) != (len(data_all[0]), len(out_all[0])):
@@ -241,7 +243,7 @@ def _probe(ns: dict, origin: str, rows) -> tuple[list, list, bool]:
                             f"workload {len(data_all[0])} and {len(out_all[0])}")
         data_all.append(parts)
         out_all.append(outs)
-    return data_all, out_all, is_tuple
+    return data_all, out_all, is_tuple, out_tuple
 
 
 def relation(axis: str, values: list[int], sizes: list[dict[str, int]]) -> str:
@@ -299,7 +301,7 @@ def load_gpumode(path: Path, workloads: Path | None = None) -> Task:
     missing = [f for f in ("generate_input", "ref_kernel", "check_implementation") if not callable(getattr(ref, f, None))]
     if missing:
         raise TaskError(f"{origin}: reference.py defines no {', '.join(missing)}")
-    data_all, out_all, is_tuple = _probe(ns, origin, rows)
+    data_all, out_all, is_tuple, out_tuple = _probe(ns, origin, rows)
     parts = _part_names(modules["reference"], len(data_all[0]), is_tuple)
     out_names = ["result" if "output" in parts else "output"] if len(out_all[0]) == 1 else \
         [f"output{i}" for i in range(len(out_all[0]))]
@@ -339,7 +341,7 @@ def load_gpumode(path: Path, workloads: Path | None = None) -> Task:
     outputs = specs(out_names, out_all, "ref_kernel's result")
     device = next((str(p.device) for p in data_all[0] if hasattr(p, "device")), "cpu")
     source = bundle + _WRAPPER.format(sizes=size_names, parts=parts, is_tuple=is_tuple, outputs=out_names,
-                                      device=device)
+                                      out_tuple=out_tuple, device=device)
     description = str(spec.get("description") or f"GPU MODE problem {path.name}").strip().splitlines()[0] + \
         f" (GPU MODE problem {path.name}; the verdict is its own check_implementation, not the tolerance)"
     try:

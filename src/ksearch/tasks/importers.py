@@ -99,7 +99,9 @@ def write_task_dir(task: Task, out: str | Path, force: bool = False) -> Path:
     Args:
         task: the task, e.g. from `import_task`.
         out: the folder to write; created if missing.
-        force: overwrite files of an existing non-empty folder (else refused).
+        force: write into an existing non-empty folder (else refused), first removing the task files there that
+            the loader would read instead of or beside the new ones (definition.*, workloads.*, naive.*, blob/);
+            other files are kept.
 
     Returns:
         The folder, loadable with ``load_task(out)``.
@@ -113,6 +115,14 @@ def write_task_dir(task: Task, out: str | Path, force: bool = False) -> Path:
     if out.is_dir() and any(out.iterdir()) and not force:
         raise TaskError(f"{out} is not empty: choose another folder or pass --force to overwrite its files")
     try:
+        if out.is_dir() and force:  # a stale definition.yaml would be read before the new definition.json
+            import shutil
+
+            for old in out.iterdir():
+                if old.name == "blob" and old.is_dir():
+                    shutil.rmtree(old)
+                elif old.is_file() and old.name.startswith(("definition.", "workloads.", "naive.")):
+                    old.unlink()
         out.mkdir(parents=True, exist_ok=True)
         data = task.definition.model_dump(mode="json", exclude_none=True, by_alias=True)
         for kind in ("inputs", "outputs"):  # a scalar's shape is null, which exclude_none dropped

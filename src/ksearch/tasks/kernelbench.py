@@ -134,15 +134,24 @@ def override_sizes(source: str, sizes: dict[str, int], origin: str) -> str:
     """The problem's source with the value of each top-level assignment ``NAME = ...`` named in ``sizes`` replaced
     by the given integer (text outside those values untouched). Raises TaskError for a name the file does not
     assign at its top level."""
+    small = sorted(k for k, v in sizes.items() if int(v) < 1)
+    if small:  # a size of 0 makes empty tensors, which any kernel "passes"
+        raise TaskError(f"{origin}: sizes {small} must be at least 1, got {[sizes[k] for k in small]}")
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
     edits = []
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                and node.targets[0].id in sizes:
-            edits.append((node.value, sizes[node.targets[0].id]))
-    missing = set(sizes) - {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
-                            if isinstance(t, ast.Name)}
+    assigned: set[str] = set()
+    for node in tree.body:  # NAME = value and NAME: type = value alike
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name, value = node.targets[0].id, node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            name, value = node.target.id, node.value
+        else:
+            continue
+        assigned.add(name)
+        if name in sizes:
+            edits.append((value, sizes[name]))
+    missing = set(sizes) - assigned
     if missing:
         raise TaskError(f"{origin}: no top-level constant {sorted(missing)} to override; it assigns "
                         f"{_constants(tree)}")
@@ -266,6 +275,9 @@ def load_kernelbench(path: Path, workloads: Path | None = None, sizes: dict[str,
     def spec(name: str, value, what: str) -> TensorSpec:
         if hasattr(value, "shape"):
             return TensorSpec(shape=shape(name, value), dtype=_dtype_name(value, what, origin), description=what)
+        if not isinstance(value, (bool, int, float)):  # a tuple, a string, None: nothing a kernel argument holds
+            raise TaskError(f"{origin}: {what} is {type(value).__name__} {str(value)[:60]!r}; ksearch passes tensors "
+                            "and numbers to a kernel")
         kind = "bool" if isinstance(value, bool) else "int64" if isinstance(value, int) else "float64"
         return TensorSpec(shape=None, dtype=kind, description=what)
 
