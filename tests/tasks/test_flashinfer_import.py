@@ -157,6 +157,8 @@ def test_a_data_constraint_is_checked_on_the_inputs_not_refused(tmp_path):
     torchish = Definition.model_validate({**PAGED, "constraints": ["kv_indices.numel() == kv_indptr[-1].item()",
                                                                    "kv_indptr.dim() == 1"]})
     make_inputs(torchish, Workload(axes=w.axes), 0)  # torch's numel() and dim() answered on the drawn arrays
+    with pytest.raises(ValueError, match="reads 'nothere', which is neither an axis nor an input"):  # at load
+        Definition.model_validate({**PAGED, "constraints": ["num_kv_indices == kv_indptr[-1].item() + nothere"]})
 
 
 def test_constraints_null_is_no_constraint():

@@ -249,7 +249,7 @@ class Definition(_Record):
             raise ValueError(f"names used for both an input and an output: {sorted(clash)}")
         for expr in self.constraints:
             if is_data_constraint(expr, self.inputs):
-                compile_data_constraint(expr)
+                compile_data_constraint(expr, known=set(self.axes) | set(self.inputs))
             else:
                 _compile_expr(expr)
         if "def run" not in self.reference:

@@ -67,8 +67,10 @@ def is_data_constraint(expr: str, inputs) -> bool:
                for n in ast.walk(tree))
 
 
-def compile_data_constraint(expr: str):
-    """Compile a data constraint after checking its nodes. Raises ValueError naming what is not allowed."""
+def compile_data_constraint(expr: str, known=None):
+    """Compile a data constraint after checking its nodes and, given ``known`` (the definition's axis and input
+    names), that every name it reads is one of them or an allowed function. Raises ValueError naming what is not
+    allowed (an unknown name is caught when the definition loads, not at its first check)."""
     try:
         tree = ast.parse(expr, mode="eval")
     except SyntaxError as e:
@@ -80,6 +82,9 @@ def compile_data_constraint(expr: str):
             raise ValueError(f"constraint {expr!r} reads .{node.attr}; allowed: {sorted(_DATA_ATTRS)}")
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in _DATA_CALLS:
             raise ValueError(f"constraint {expr!r} calls {node.func.id}; allowed: {sorted(_DATA_CALLS)}")
+        if known is not None and isinstance(node, ast.Name) and node.id not in known and node.id not in _DATA_CALLS:
+            raise ValueError(f"constraint {expr!r} reads {node.id!r}, which is neither an axis nor an input "
+                             f"({sorted(known)})")
     return compile(tree, "<constraint>", "eval")
 
 
