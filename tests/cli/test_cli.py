@@ -280,14 +280,15 @@ def test_knowledge_render_refuses_a_name_given_twice():
     assert r.exit_code == 2 and "given twice" in r.output
 
 
-def test_eval_takes_a_rendered_candidate_json_as_it_is(tmp_path, monkeypatch):
+def _record_judged(monkeypatch) -> list:
+    """`ksearch eval`'s judge replaced by one that records each candidate it is given and stops (Ctrl-C, exit 130)
+    without judging; the list of those candidates."""
     import ksearch.cli.eval_cmd as eval_cmd
     import ksearch.targets.base as base
-    from ksearch.records import Candidate
 
-    judged = []
+    judged: list = []
 
-    class Judge:  # records what would be judged, judges nothing
+    class Judge:
         def __init__(self, *a, **k):
             pass
 
@@ -297,6 +298,13 @@ def test_eval_takes_a_rendered_candidate_json_as_it_is(tmp_path, monkeypatch):
 
     monkeypatch.setattr(base, "spec_for_target", lambda target: None)
     monkeypatch.setattr(eval_cmd, "Evaluator", Judge)
+    return judged
+
+
+def test_eval_takes_a_rendered_candidate_json_as_it_is(tmp_path, monkeypatch):
+    from ksearch.records import Candidate
+
+    judged = _record_judged(monkeypatch)
     c = tmp_path / "c.json"
     r = runner.invoke(app, ["knowledge", "render", "attention-prefill", "--path", "family=online-tiles", "-o", str(c)])
     assert r.exit_code == 0, r.output
@@ -307,23 +315,10 @@ def test_eval_takes_a_rendered_candidate_json_as_it_is(tmp_path, monkeypatch):
 
 
 def test_eval_of_a_run_best_dir_judges_its_candidate_and_a_bare_source_beside_it_warns(tmp_path, monkeypatch):
-    import ksearch.cli.eval_cmd as eval_cmd
-    import ksearch.targets.base as base
     from ksearch.records import Candidate
     from ksearch.tasks import load_task
 
-    judged = []
-
-    class Judge:  # records what would be judged, judges nothing
-        def __init__(self, *a, **k):
-            pass
-
-        def evaluate(self, candidate, names, references=()):
-            judged.append(candidate)
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(base, "spec_for_target", lambda target: None)
-    monkeypatch.setattr(eval_cmd, "Evaluator", Judge)
+    judged = _record_judged(monkeypatch)
     best = tmp_path / "run" / "best"  # as `Session.finish` writes it
     best.mkdir(parents=True)
     kept = Candidate(target="cpu", sources={"kernel.c": load_task("selective-scan").naive_sources["cpu"]},
