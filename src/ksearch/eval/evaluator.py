@@ -746,12 +746,7 @@ class _Session:
         self.samples.append((res.resolved, timer.log_samples()))
         judge.roofline_of(wl, res)
         if judge.config.floor_check and res.pct_of_floor is not None and res.pct_of_floor > 100:
-            noise = self.cand.overhead.jitter_ms if self.cand.overhead is not None else 0.0
-            if within_clock_noise(res, noise):
-                res.message = (f"timed at {res.median_ms:.4g} ms, within the controller clock's noise "
-                               f"({noise:.3g} ms) of the roofline floor {res.floor_ms:.4g} ms: not held against it")
-            else:
-                self._below_floor(wl, axes, res)
+            self._below_floor(wl, axes, res)
         return res
 
     def _failed(self, res: WorkloadResult) -> WorkloadResult:
@@ -778,14 +773,27 @@ class _Session:
                                 "(each kernel's faster of two calls) and their interval decide, the load is recorded")
         return reading.busy
 
+    def _within_noise(self, res: WorkloadResult, before: str = "") -> bool:
+        """Whether ``res``, under its floor, is under it by no more than the controller's clock can tell
+        (`within_clock_noise`, the empty call's jitter); if so its message says so, after ``before``."""
+        noise = self.cand.overhead.jitter_ms if self.cand is not None and self.cand.overhead is not None else 0.0
+        if not within_clock_noise(res, noise):
+            return False
+        res.message = (f"{before}timed at {res.median_ms:.4g} ms, within the controller clock's noise ({noise:.3g} "
+                       f"ms) of the roofline floor {res.floor_ms:.4g} ms: not held against it")
+        return True
+
     def _below_floor(self, wl: Workload, axes: dict[str, int], res: WorkloadResult) -> None:
-        """A time below the roofline floor: first the ceiling that set the floor is measured again
-        (`ksearch.hardware.reprobe`: a ceiling probed on a busy machine comes out low); still below, the kernel is
-        checked again on fresh inputs and timed alone on others; still below the floor, REJECTED, unless the
-        re-probed ceiling itself could not be measured on a quiet machine (then the time stands, with a note)."""
+        """A time below the roofline floor: within the controller clock's noise of it, the time stands; else the
+        ceiling that set the floor is measured again (`ksearch.hardware.reprobe`: a ceiling probed on a busy
+        machine comes out low) and the noise asked again of the new floor; still below, the kernel is checked
+        again on fresh inputs and timed alone on others; still below the floor, REJECTED, unless the re-probed
+        ceiling itself could not be measured on a quiet machine (then the time stands, with a note)."""
         from ksearch.hardware.reprobe import reprobe
 
         assert self.cand is not None, "only the candidate's own timing is checked against the floor"
+        if self._within_noise(res):
+            return
         judge = self.judge
         first = f"{res.median_ms:.4g} ms ({res.pct_of_floor:.0f}% of the floor {res.floor_ms:.4g} ms)"
         judge.progress(f"suspect: {wl.label} below the roofline floor; measuring the {res.bound} ceiling again")
@@ -796,11 +804,8 @@ class _Session:
             res.message = (f"first timing {first} was below the roofline floor; the {res.bound} ceiling was measured "
                            f"again and the floor is now {res.floor_ms:.4g} ms")
             return
-        noise = self.cand.overhead.jitter_ms if self.cand.overhead is not None else 0.0
-        if within_clock_noise(res, noise):  # the corrected floor is within what the controller's clock can tell
-            res.message = (f"first timing {first} was below the roofline floor; the {res.bound} ceiling was measured "
-                           f"again and the time ({res.median_ms:.4g} ms) is within the controller clock's noise "
-                           f"({noise:.3g} ms) of the new floor {res.floor_ms:.4g} ms: not held against it")
+        if self._within_noise(res, f"first timing {first} was below the roofline floor; the {res.bound} ceiling was "
+                                   "measured again; "):
             return
         first = f"{res.median_ms:.4g} ms ({res.pct_of_floor:.0f}% of the re-probed floor {res.floor_ms:.4g} ms)"
         judge.progress(f"suspect: {wl.label} below the roofline floor; re-verifying on fresh inputs")
