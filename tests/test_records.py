@@ -16,7 +16,7 @@ TOP_KEYS = ["run_id", "task", "target", "status", "evaluations", "best_candidate
             "best_candidate", "reproduce", "reference_baseline", "workloads"]
 ROW_KEYS = ["name", "naive_ms", "best_ms", "reference_ms", "speedup_vs_naive", "speedup_vs_naive_interval",
             "best_spread", "load_cores", "speedup_vs_reference", "pct_of_floor", "naive_pct_of_floor", "floor_ms",
-            "bound"]
+            "bound", "floor_source"]
 
 
 def _final(best: bool = True, hidden: bool = True, notes: tuple[str, ...] = ()) -> FinalMeasurements:

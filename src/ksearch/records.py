@@ -107,6 +107,9 @@ class WorkloadResult(BaseModel):
     repeats: int = 0
     floor_ms: float | None = None
     bound: str | None = None  # which roofline term bounds the floor: memory | compute | exp
+    #: where the floor's bytes and FLOPs come from (`ksearch.tasks.definition.WorkloadCost.source`: the task's cost
+    #: model, torch's FLOP counter on the reference, or bytes only); None without a floor
+    floor_source: str | None = None
     achieved_gbs: float | None = None
     pct_of_floor: float | None = None  # 100 * floor / median; 100 = at the floor
     speedup_vs_naive: float | None = None
@@ -239,7 +242,8 @@ class WorkloadTimes(BaseModel):
     or not paired); ``best_spread``: (p75 - p25) / median of the best kernel's repeats; ``load_cores``: CPU cores
     busy with other processes while it was timed; ``speedup_vs_reference``: reference ms / best ms;
     ``pct_of_floor``, ``naive_pct_of_floor``: 100 * floor / median (100 = at the roofline floor, ``floor_ms``,
-    bounded by ``bound``: memory | compute | exp).
+    bounded by ``bound``: memory | compute | exp; ``floor_source``: where its bytes and FLOPs come from, as
+    `WorkloadResult.floor_source`).
     """
 
     name: str
@@ -255,6 +259,7 @@ class WorkloadTimes(BaseModel):
     naive_pct_of_floor: float | None = None
     floor_ms: float | None = None
     bound: str | None = None
+    floor_source: str | None = None
 
 
 class HiddenVerdict(BaseModel):
@@ -356,7 +361,7 @@ class FinalReport(BaseModel):
                 best_spread=b.spread if b else None, load_cores=b.load_cores if b else None,
                 speedup_vs_reference=(ref_ms / best_ms) if best_ms and ref_ms else None,
                 pct_of_floor=b.pct_of_floor if b else None, naive_pct_of_floor=r.pct_of_floor,
-                floor_ms=r.floor_ms, bound=r.bound))
+                floor_ms=r.floor_ms, bound=r.bound, floor_source=r.floor_source))
         hidden = final.hidden
         return cls(run_id=run["id"], task=run["task"], target=run["target"], status=run["status"],
                    evaluations=evaluations, best_candidate_id=final.best_candidate_id, best_node_id=best_node_id,

@@ -64,10 +64,14 @@ def show(task: str = typer.Argument(..., help=TASK_HELP),
     table = Table(title=f"Workloads of {t.name} (check: correctness only during a search; bench: also timed)")
     for col in ("name", "purpose", "axes", "bytes (MB)", "GFLOP", "transcendentals (M)"):
         table.add_column(col)
+    sources: list[str] = []
     for w in t.workloads:
         c = t.definition.cost_of(w)
+        sources += [c.source] if c.source not in sources else []
         table.add_row(w.label, w.purpose, " ".join(f"{k}={v}" for k, v in w.axes.items()), f"{c.bytes / 1e6:.2f}",
                       f"{c.flops / 1e9:.3f}", f"{c.transcendentals / 1e6:.2f}")
+    if sources:  # the roofline floor's figures: the task's own cost model, torch's FLOP counter, or bytes only
+        table.caption = "cost model: " + "; ".join(sources)
     console.print(table)
 
 

@@ -513,7 +513,7 @@ class Evaluator:
         if key not in self._flush_sizes:
             llc = self.hardware.last_level_cache_bytes() if self.hardware is not None else None
             self._flush_sizes[key] = self.config.timing.flush_bytes if not llc else \
-                0 if self.definition.cost_of(wl).bytes >= 4 * llc else min(2 * llc, FLUSH_CAP_BYTES)
+                0 if self.definition.bytes_of(wl) >= 4 * llc else min(2 * llc, FLUSH_CAP_BYTES)
         return self._flush_sizes[key]
 
     def _call(self, c: Contender, args: list[ArgRef], timeout_s: float) -> tuple[Status, str]:
@@ -551,7 +551,7 @@ class Evaluator:
         except HardwareError as e:  # the spec has no peak for the task's flops_on: no floor, the timing stands
             self.progress(f"{wl.name}: no roofline floor: {e}")
             return
-        res.floor_ms, res.bound = roof.floor_s * 1e3, roof.bound
+        res.floor_ms, res.bound, res.floor_source = roof.floor_s * 1e3, roof.bound, cost.source
         res.pct_of_floor = pct_of_floor(seconds, roof.floor_s)
 
 

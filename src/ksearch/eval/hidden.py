@@ -43,7 +43,7 @@ def draw_hidden_workloads(definition: Definition, seed: int, n: int, public: lis
     """
     ranges = axis_ranges(definition, public)
     if max_bytes is None:
-        max_bytes = max((definition.cost_of(w).bytes for w in public), default=64 << 20)
+        max_bytes = max((definition.bytes_of(w) for w in public), default=64 << 20)
     rng = random.Random(seed)
     shown = {tuple(sorted((k, int(v)) for k, v in w.axes.items())) for w in public}
     out: list[Workload] = []
@@ -80,7 +80,7 @@ def _shrink(definition: Definition, axes: dict[str, int], ranges: dict[str, tupl
     axes = dict(axes)
     for _ in range(256):
         try:
-            size = definition.cost_of(Workload(axes=axes)).bytes
+            size = definition.bytes_of(Workload(axes=axes))
         except TaskError:
             return axes  # a constraint fails: the caller draws again
         if size <= max_bytes:

@@ -44,7 +44,7 @@ def profiled_workload(definition: Definition, workloads: list[Workload]) -> Work
     """The workload a profiler runs: the largest (in bytes moved, `Definition.cost_of`) of the bench workloads
     among ``workloads`` (all of them when none is a bench workload). ``workloads`` must not be empty."""
     bench = [w for w in workloads if w.purpose == "bench"] or list(workloads)
-    return max(bench, key=lambda w: definition.cost_of(w).bytes)
+    return max(bench, key=lambda w: definition.bytes_of(w))
 
 
 def profiles(judge: Evaluator, candidate: Candidate, artifact: Path, workloads: list[Workload]) -> list[Profile]:

@@ -53,7 +53,17 @@ def summary_table(report: FinalReport) -> Table:
                   if w.speedup_vs_naive else "—",
                   f(w.speedup_vs_reference, ".1f") + "x" if w.speedup_vs_reference else "—",
                   f(w.pct_of_floor, ".1f"), "—" if w.floor_ms is None else f"{w.floor_ms:.3g} ({w.bound})")
+    t.caption = floor_sources(report.workloads)
     return t
+
+
+def floor_sources(rows) -> str | None:
+    """``floor from: <source>; ...``: where the floors' bytes and FLOPs come from (the task's cost model, torch's
+    FLOP counter on the reference, or bytes only), each source once; None where no row has a floor. ``rows``:
+    anything with a ``floor_source`` (WorkloadTimes, WorkloadResult)."""
+    sources = list(dict.fromkeys(r.floor_source for r in rows if getattr(r, "floor_source", None)))
+    return "floor from: " + "; ".join(sources) + " (bytes: the cost model's, else inputs + outputs by their " \
+        "shapes)" if sources else None
 
 
 def decision_path(tree: Tree, node_id: str) -> list[str]:

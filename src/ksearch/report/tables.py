@@ -41,8 +41,13 @@ def evaluation_table(ev: Evaluation, title: str = "") -> Table:
             _f(r.pct_of_floor, ".1f"), "—" if r.speedup_vs_naive is None else f"{r.speedup_vs_naive:.2f}x",
             *(paired_text(by_role.get(role)) for role in roles),
         )
+    captions = []
     if ev.paired and len(ev.workloads) > 1:
-        table.caption = "over the timed workloads: " + "; ".join(f"vs {p.role} {paired_text(p)}" for p in ev.paired)
+        captions.append("over the timed workloads: " + "; ".join(f"vs {p.role} {paired_text(p)}" for p in ev.paired))
+    sources = list(dict.fromkeys(r.floor_source for r in ev.workloads if r.floor_source))
+    if sources:  # the task's cost model, torch's FLOP counter on the reference, or bytes only
+        captions.append("floor from: " + "; ".join(sources))
+    table.caption = "\n".join(captions) or None
     return table
 
 
@@ -84,7 +89,7 @@ def evaluation_json(ev: Evaluation, hw=None) -> dict:
         "workloads": [
             {"name": r.workload, "status": r.status.value, "max_abs_err": r.max_abs_err,
              "max_rel_err": r.max_rel_err, "median_ms": r.median_ms, "spread": r.spread,
-             "achieved_gbs": r.achieved_gbs, "floor_ms": r.floor_ms, "bound": r.bound,
+             "achieved_gbs": r.achieved_gbs, "floor_ms": r.floor_ms, "bound": r.bound, "floor_source": r.floor_source,
              "pct_of_floor": r.pct_of_floor, "speedup_vs_naive": r.speedup_vs_naive, "message": r.message,
              "median_interval_ms": r.ci_ms, "repeats": r.repeats, "clock": r.clock, "load_cores": r.load_cores,
              "paired": [p.model_dump(mode="json") for p in r.paired]}

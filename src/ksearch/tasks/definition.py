@@ -12,7 +12,8 @@ On top of those ksearch adds, all optional so foreign files still load:
 - ``tolerance``: rtol/atol per output dtype;
 - ``inputs[...].distribution``: how random inputs are drawn;
 - ``cost``: expressions for FLOPs and transcendental ops (bytes default to the sum of all input and
-  output sizes), from which the roofline floor is computed;
+  output sizes), from which the roofline floor is computed; a task without one whose reference is torch gets its
+  FLOPs counted on the reference (`ksearch.tasks.flops`), else its floor counts bytes only;
 - ``reference_backend``: ``torch`` (flashinfer-bench's convention) or ``numpy``;
 - ``reference_inputs`` (numpy references): ``float64`` (the default: every input array widened before ``run``)
   or ``native`` (float16 and float32 arrays reach ``run`` as stored, and ``run`` widens them itself, e.g. a
@@ -199,6 +200,13 @@ class CostModel(_Record):
             raise ValueError(f"flops_on {self.flops_on!r} is not a peak_flops key: one of {list(FLOPS_ON_KEYS)}")
         return self
 
+    @property
+    def is_empty(self) -> bool:
+        """Whether it says nothing (the defaults: bytes from shapes, no FLOPs, no transcendentals): a task without
+        a cost model, whose FLOPs `Definition.cost_of` counts on a torch reference instead. A task folder written
+        by `ksearch tasks import` carries this empty model and stays without one."""
+        return self.bytes is None and self.flops.strip() == "0" and self.transcendentals.strip() == "0"
+
 
 class Definition(_Record):
     """What to compute. Field names and meaning as in flashinfer-bench's Definition."""
@@ -347,33 +355,58 @@ class Definition(_Record):
             return Tolerance.model_validate(DEFAULT_TOLERANCE[dtype])
         return Tolerance(rtol=0.0, atol=0.0)
 
-    def cost_of(self, workload: "Workload") -> "WorkloadCost":
-        """Bytes, FLOPs and transcendentals a workload must move or compute (see CostModel)."""
+    def bytes_of(self, workload: "Workload") -> float:
+        """Bytes a workload must move: the cost model's ``bytes`` expression, else the sum of the sizes of all
+        inputs and outputs (their shapes times their dtypes' sizes)."""
         values = self.axis_values(workload)
-        if self.cost.bytes is None:
-            nbytes = 0.0
-            for spec in list(self.inputs.values()) + list(self.outputs.values()):
-                shape = self.shape_of(spec, values)
-                if shape is not None:
-                    nbytes += math.prod(shape) * DTYPE_BYTES[spec.dtype]
-        else:
-            nbytes = float(eval_expr(self.cost.bytes, values))
-        return WorkloadCost(
-            bytes=nbytes,
-            flops=float(eval_expr(self.cost.flops, values)),
-            transcendentals=float(eval_expr(self.cost.transcendentals, values)),
-            flops_on=self.cost.flops_on,
-        )
+        if self.cost.bytes is not None:
+            return float(eval_expr(self.cost.bytes, values))
+        nbytes = 0.0
+        for spec in list(self.inputs.values()) + list(self.outputs.values()):
+            shape = self.shape_of(spec, values)
+            if shape is not None:
+                nbytes += math.prod(shape) * DTYPE_BYTES[spec.dtype]
+        return nbytes
+
+    def cost_of(self, workload: "Workload") -> "WorkloadCost":
+        """Bytes, FLOPs and transcendentals a workload must move or compute, and where the figures come from
+        (``source``): the task's cost model where it gives one (`COST_ANNOTATION`); else, for a torch reference,
+        the FLOPs torch's FlopCounterMode counts on it (`ksearch.tasks.flops`; cached per workload shape); else
+        bytes only (`COST_BYTES_ONLY`). Bytes: `bytes_of`."""
+        values = self.axis_values(workload)
+        nbytes = self.bytes_of(workload)
+        if not self.cost.is_empty:
+            return WorkloadCost(bytes=nbytes, flops=float(eval_expr(self.cost.flops, values)),
+                                transcendentals=float(eval_expr(self.cost.transcendentals, values)),
+                                flops_on=self.cost.flops_on, source=COST_ANNOTATION)
+        if self.reference_backend == "torch":
+            from ksearch.tasks.flops import SOURCE, count_flops
+
+            counted = count_flops(self, workload)
+            if counted.flops is not None:
+                return WorkloadCost(bytes=nbytes, flops=counted.flops, transcendentals=0.0,
+                                    flops_on=counted.flops_on, source=SOURCE)
+            return WorkloadCost(bytes=nbytes, flops=0.0, transcendentals=0.0,
+                                source=f"{COST_BYTES_ONLY} (FLOPs not counted: {counted.note[:120]})")
+        return WorkloadCost(bytes=nbytes, flops=0.0, transcendentals=0.0, source=COST_BYTES_ONLY)
+
+
+#: `WorkloadCost.source` of a task's own cost model
+COST_ANNOTATION = "annotation: the task's cost model"
+#: `WorkloadCost.source` without FLOPs: the floor counts bytes only
+COST_BYTES_ONLY = "bytes only"
 
 
 class WorkloadCost(BaseModel):
     """What one call of a workload must do: ``bytes`` moved, ``flops``, ``transcendentals`` (counts); ``flops_on``:
-    the ``peak_flops`` key of the units the FLOPs can run on (CostModel)."""
+    the ``peak_flops`` key of the units the FLOPs can run on (CostModel); ``source``: where the figures come from
+    (`Definition.cost_of`: the task's annotation, torch's FLOP counter, or bytes only)."""
 
     bytes: float
     flops: float
     transcendentals: float
     flops_on: str = "float32"
+    source: str = COST_ANNOTATION
 
 
 class RandomInput(_Record):

@@ -29,6 +29,11 @@ def _entry(definition: Definition):
     return _COMPILED[key]
 
 
+def reference_function(definition: Definition):
+    """The reference's ``run`` (compiled once per reference source). Raises TaskError when it does not load."""
+    return _entry(definition)
+
+
 def run_reference(definition: Definition, inputs: dict) -> dict[str, np.ndarray]:
     """Outputs of the reference for these inputs, as float64 NumPy arrays keyed by output name.
 
@@ -65,7 +70,21 @@ def run_reference(definition: Definition, inputs: dict) -> dict[str, np.ndarray]
     return {n: np.asarray(r, np.float64) for n, r in zip(names, result)}
 
 
-def _run_torch(definition: Definition, run, inputs: dict):
+def torch_dtype(dtype: str):
+    """The torch dtype of a task dtype (``float8_e4m3fn`` -> ``torch.float8_e4m3fn``). Raises KeyError for one
+    torch lacks (float4_e2m1), ImportError without torch."""
+    import torch
+
+    return getattr(torch, dtype)
+
+
+def torch_args(definition: Definition, inputs: dict, device: str = "cpu") -> dict:
+    """The inputs as torch tensors of the definition's dtypes on ``device`` (NumPy arrays copied; bfloat16 and
+    float8 viewed from their stored bits, not converted); scalars as they are.
+
+    Raises:
+        TaskError: torch is missing.
+    """
     try:
         import torch
     except ImportError:
@@ -81,9 +100,16 @@ def _run_torch(definition: Definition, run, inputs: dict):
         if not isinstance(v, np.ndarray):
             args[k] = v
         elif dtype in bits:
-            args[k] = torch.from_numpy(v.view(bits[dtype][0]).copy()).view(bits[dtype][1])
+            args[k] = torch.from_numpy(v.view(bits[dtype][0]).copy()).view(bits[dtype][1]).to(device)
         else:
-            args[k] = torch.from_numpy(v.copy()).to(tdt[dtype])
+            args[k] = torch.from_numpy(v.copy()).to(tdt[dtype]).to(device)
+    return args
+
+
+def _run_torch(definition: Definition, run, inputs: dict):
+    import torch
+
+    args = torch_args(definition, inputs)
     try:
         with torch.no_grad():
             result = run(**args)
