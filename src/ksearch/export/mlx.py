@@ -1,4 +1,4 @@
-"""``ksearch export``: a run's best mlx kernel as an importable Python module (an MLX function).
+"""``ksearch export --format mlx``: a run's best mlx kernel as an importable Python module (an MLX function).
 
 The module needs only MLX at import and call time (not ksearch): it holds the kernel's header, body and launch
 as literals, the task's names, dtypes and shapes, and a function named after the task's operation
@@ -10,38 +10,22 @@ loads such a module to patch mlx-lm's Mamba.
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timezone
-from pathlib import Path
 
 from ksearch.errors import ExportError
+from ksearch.export.kernel import axis_sources
 from ksearch.records import Candidate
 from ksearch.targets.mlx import BACKENDS, parse_launch, split_sources
 from ksearch.tasks.definition import Definition
-
-
-def _axis_sources(definition: Definition) -> dict[str, object]:
-    """Per axis: its constant value, or (input name, dimension) to read it from."""
-    out: dict[str, object] = {}
-    for name, axis in definition.axes.items():
-        if getattr(axis, "type", "var") == "const":
-            out[name] = int(axis.value)
-            continue
-        for inp, spec in definition.inputs.items():
-            if spec.shape and name in spec.shape:
-                out[name] = (inp, spec.shape.index(name))
-                break
-        else:
-            raise ExportError(f"axis {name!r} is in no input's shape: the exported function could not infer it")
-    return out
 
 
 def module_source(candidate: Candidate, definition: Definition, provenance: dict) -> str:
     """The text of the exported module for an mlx candidate. Raises ExportError for another target or a bad
     candidate (file set, launch)."""
     if candidate.target not in BACKENDS:
-        raise ExportError(f"ksearch export writes MLX functions: the kernel is for target {candidate.target!r}, "
-                          "not mlx-metal or mlx-cuda (search with --target mlx)")
+        raise ExportError(f"--format mlx writes MLX functions: the kernel is for target {candidate.target!r}, "
+                          "not mlx-metal or mlx-cuda (search with --target mlx, or pick another --format: "
+                          "kernelbench, gpumode, flashinfer-bench)")
     try:
         header, body = split_sources(candidate, candidate.target)
         parse_launch(candidate.launch, definition, candidate.target)
@@ -56,7 +40,7 @@ def module_source(candidate: Candidate, definition: Definition, provenance: dict
         "OUTPUT_DTYPES": {n: s.dtype for n, s in definition.outputs.items()},
         "INPUT_SHAPES": {n: s.shape or [] for n, s in definition.inputs.items()},
         "OUTPUT_SHAPES": {n: s.shape or [] for n, s in definition.outputs.items()},
-        "AXES": _axis_sources(definition), "PROVENANCE": provenance,
+        "AXES": axis_sources(definition), "PROVENANCE": provenance,
     }
     lines = [f'"""{definition.name} on {candidate.target}: exported by `ksearch export` on '
              f'{datetime.now(timezone.utc).date().isoformat()}.',
@@ -132,41 +116,3 @@ def __OP__(*inputs):
 run = __OP__
 '''
 
-
-def export_run(run: str, out: Path | None = None) -> Path:
-    """Write the best kernel of ``run`` (id, prefix or directory) as a module; default path
-    ``<run dir>/best/<op>_mlx.py``. Raises ExportError (no best kernel yet, not an mlx run) or StoreError."""
-    from ksearch.store.runs import open_run
-    from ksearch.tasks import load_task
-
-    store = open_run(run)
-    try:
-        info = store.run()
-        cfg = info["config"]
-    finally:
-        store.close()
-    best = store.path.parent / "best" / "candidate.json"
-    if not best.is_file():
-        raise ExportError(f"run {info['id']} has no best kernel yet ({best} is missing): finish it with "
-                          f"`ksearch resume {info['id']}`")
-    candidate = Candidate.model_validate_json(best.read_text())
-    task = load_task(cfg.get("task") or info["task"], workloads=cfg.get("workloads_file"))
-    return export_candidate(candidate, task.definition, out or best.parent / f"{task.definition.op_type}_mlx.py",
-                            {"run": info["id"], "task": task.definition.name,
-                             "node": getattr(candidate, "node_id", None), "candidate": candidate.id})
-
-
-def export_candidate(candidate: Candidate, definition: Definition, out: Path, provenance: dict) -> Path:
-    """Write ``candidate`` (an mlx-metal or mlx-cuda kernel) as a module at ``out``; returns the path."""
-    text = module_source(candidate, definition, provenance)
-    out = Path(out)
-    partial = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(text)
-        partial.replace(out)  # whole or not at all
-    except OSError as e:
-        if partial.parent.is_dir():
-            partial.unlink(missing_ok=True)
-        raise ExportError(f"cannot write {out}: {e.strerror or e}") from None
-    return out
