@@ -1,0 +1,129 @@
+"""Real flashinfer-bench definitions and workload files, as upstream published them (ksearch.tasks.flashinfer,
+loader, structured, inputs; the null target).
+
+tests/fixtures/flashinfer_trace_upstream holds byte-for-byte copies of five definitions of the flashinfer-trace
+dataset and their workloads files, from flashinfer-bench's repository (its README says where from). The
+dataset's safetensors blobs were not copied (they were never in that repository): the workloads that name one load,
+and a naive kernel is judged on the real definition with the index arrays drawn instead.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ksearch.errors import TaskError
+from ksearch.records import Candidate, Status
+from ksearch.tasks import load_task
+from ksearch.tasks.definition import RandomInput, SafetensorsInput
+from ksearch.tasks.flashinfer import missing_blobs
+from ksearch.tasks.inputs import make_inputs
+from tests.tasks import fib_null_kernels as K
+
+ROOT = Path(__file__).parents[1] / "fixtures" / "flashinfer_trace_upstream"
+GEMM = "gemm_n4096_k4096"
+RMSNORM = "rmsnorm_h4096"
+GQA = "gqa_paged_decode_h32_kv8_d128_ps1"
+MLA = "mla_paged_decode_h16_ckv512_kpe64_ps1"
+MOE = "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048"
+#: definition -> (op_type, lines in its workloads file, lines that name a safetensors blob)
+UPSTREAM = {GEMM: ("gemm", 43, 0), RMSNORM: ("rmsnorm", 14, 0), GQA: ("gqa_paged", 48, 48),
+            MLA: ("mla_paged", 47, 47), MOE: ("moe", 19, 19)}
+
+
+def _judge(task, source: str, workloads):
+    from ksearch.eval.evaluator import EvalConfig, Evaluator
+
+    ev = Evaluator(task, "null", None, EvalConfig(seeds=[1], stop_on_failure=False))
+    try:
+        return ev.evaluate(Candidate(target="null", sources={"kernel.py": source}), workloads, timing=False)
+    finally:
+        ev.close()
+
+
+def _drawn(workload, **axes):
+    """A copy of a real workload whose blob inputs are drawn (consistent index arrays: `ksearch.tasks.structured`)
+    rather than read, with ``axes`` overriding its own."""
+    inputs = {n: RandomInput(type="random") if isinstance(how, SafetensorsInput) else how
+              for n, how in workload.inputs.items()}
+    return workload.model_copy(update={"inputs": inputs, "axes": {**workload.axes, **axes},
+                                       "name": f"{workload.name} (blobs drawn)"})
+
+
+@pytest.mark.parametrize("name", sorted(UPSTREAM))
+def test_each_upstream_definition_loads_by_root_and_name_with_every_line_of_its_workloads_file(name):
+    op_type, lines, with_blobs = UPSTREAM[name]
+    task = load_task(f"{ROOT}/{name}")
+    assert task.definition.op_type == op_type and len(task.workloads) == lines
+    assert len({w.name for w in task.workloads}) == lines  # each line has a label -w can select
+    assert sum(bool(missing_blobs(w)) for w in task.workloads) == with_blobs
+    tol = task.definition.tolerance_for(next(iter(task.definition.outputs.values())).dtype)
+    assert (tol.atol, tol.rtol, tol.matched_ratio) == (1e-2, 1e-2, 0.95 if op_type == "moe" else 1.0)
+
+
+def test_a_definition_file_takes_its_workloads_file_on_the_command_line():
+    from typer.testing import CliRunner
+
+    from ksearch.cli import app
+
+    d, w = ROOT / "definitions" / "rmsnorm" / f"{RMSNORM}.json", ROOT / "workloads" / "rmsnorm" / f"{RMSNORM}.jsonl"
+    r = CliRunner().invoke(app, ["tasks", "show", str(d), "--workloads-file", str(w), "--json"])
+    assert r.exit_code == 0, r.output
+    shown = json.loads(r.output)
+    assert shown["definition"]["name"] == RMSNORM and len(shown["workloads"]) == 14
+
+
+def test_a_workload_whose_blob_is_absent_loads_and_names_the_file_when_its_inputs_are_drawn():
+    task = load_task(f"{ROOT}/{GQA}")
+    w = task.workloads[0]
+    assert [Path(p).name for p in missing_blobs(w)] == [Path(w.inputs["kv_indptr"].path).name]
+    assert Path(w.inputs["kv_indptr"].path).is_absolute()  # resolved against the dataset root
+    with pytest.raises(TaskError, match="cannot read safetensors file .*gqa_paged_decode_h32_kv8_d128_ps1_"):
+        make_inputs(task.definition, w, seed=1)
+
+
+def test_the_deepseek_moe_keeps_its_fp8_weights_and_real_scalars():
+    task = load_task(f"{ROOT}/{MOE}")
+    d = task.definition
+    assert [d.inputs[n].dtype for n in ("gemm1_weights", "gemm1_weights_scale", "hidden_states")] == [
+        "float8_e4m3fn", "float32", "float8_e4m3fn"]
+    w = task.workload("seq_len=1")
+    assert w.inputs["routed_scaling_factor"].value == 2.5 and w.inputs["local_expert_offset"].value == 32
+
+
+def test_the_naive_gemm_passes_on_real_workloads():
+    task = load_task(f"{ROOT}/{GEMM}")
+    ev = _judge(task, K.GEMM, task.select(["M=1", "M=8"]))
+    assert ev.status is Status.PASSED, [w.message for w in ev.workloads]
+
+
+def test_the_naive_rmsnorm_passes_on_real_workloads():
+    task = load_task(f"{ROOT}/{RMSNORM}")
+    ev = _judge(task, K.RMSNORM, task.select(["batch_size=1", "batch_size=7"]))
+    assert ev.status is Status.PASSED, [w.message for w in ev.workloads]
+
+
+def _smallest(task):
+    return min(task.workloads, key=lambda w: (w.axes["num_pages"], w.axes["num_kv_indices"]))
+
+
+def test_the_naive_gqa_decode_passes_on_a_real_workload_with_its_index_arrays_drawn():
+    pytest.importorskip("torch", reason="flashinfer-bench references are PyTorch")
+    task = load_task(f"{ROOT}/{GQA}")
+    w = _drawn(_smallest(task))  # batch_size 1, 11 pages, 10 indices, the line's own sm_scale
+    assert w.axes["num_pages"] == 11 and w.inputs["sm_scale"].type == "scalar"
+    ev = _judge(task, K.GQA_DECODE, [w])
+    assert ev.status is Status.PASSED, [x.message for x in ev.workloads]
+    wrong = K.GQA_DECODE.replace("* np.float32(sm_scale)", "")
+    assert _judge(task, wrong, [w]).status is Status.INCORRECT_NUMERICAL
+
+
+def test_the_naive_mla_decode_passes_on_a_real_workload_with_a_smaller_cache():
+    pytest.importorskip("torch", reason="flashinfer-bench references are PyTorch")
+    task = load_task(f"{ROOT}/{MLA}")
+    real = task.workload("batch_size=1+len_indptr=2+num_kv_indices=108")
+    assert real.axes["num_pages"] == 989669  # every line: a 1 GB bfloat16 cache, too large for a unit test
+    ev = _judge(task, K.MLA_DECODE, [_drawn(real, num_pages=256)])
+    assert ev.status is Status.PASSED, [x.message for x in ev.workloads]
