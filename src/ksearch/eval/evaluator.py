@@ -538,11 +538,11 @@ class Evaluator:
         """Fill ``res``'s achieved GB/s and, with a hardware spec, its floor, bound and % of floor."""
         if res.median_ms is None:
             return
-        cost = self.definition.cost_of(wl)
         seconds = res.median_ms / 1e3
-        res.achieved_gbs = cost.bytes / seconds / 1e9 if seconds > 0 else None
+        res.achieved_gbs = self.definition.bytes_of(wl) / seconds / 1e9 if seconds > 0 else None
         if self.hardware is None:
             return
+        cost = self.definition.cost_of(wl)  # FLOPs counted once per workload where the task gives none
         from ksearch.errors import HardwareError
         from ksearch.hardware.roofline import pct_of_floor, roofline
 

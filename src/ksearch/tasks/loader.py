@@ -203,6 +203,9 @@ def load_task(name_or_path: str | Path, workloads: str | Path | None = None) -> 
         name_or_path: a built-in name (see ``builtin_names()``), a task directory, or a definition file.
         workloads: optional JSONL file of workloads, replacing any found beside the definition.
 
+    A task whose reference is torch and which lists no baselines gets its reference as one
+    (`ksearch.tasks.own_reference`).
+
     Raises:
         TaskError: unknown name, unreadable or malformed file, a workload that breaks the definition.
     """
@@ -233,11 +236,14 @@ def load_task(name_or_path: str | Path, workloads: str | Path | None = None) -> 
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise TaskError(f"no task {name!r}{hint}: not a built-in ({', '.join(builtin_names())}) nor a file or "
                             "directory")
-        return import_task(path, workloads)
+        task = import_task(path, workloads)  # its workloads file read by its source
+        workloads = None
     if workloads is not None:
         task.workloads = _read_workloads(Path(workloads), task.definition)
         _check_workloads(task.definition, task.workloads)
-    return task
+    from ksearch.tasks.own_reference import with_reference_baseline
+
+    return with_reference_baseline(task)  # a torch reference without baselines: timed as one (the final table)
 
 
 def _read_workloads(path: Path, definition: Definition) -> list[Workload]:
