@@ -122,3 +122,32 @@ def test_cli_refuses_a_cpu_kernel_in_one_line_with_exit_2(tmp_path):
     r = subprocess.run([sys.executable, "-m", "ksearch", "export", "--candidate", str(cand), "--task", str(RMSNORM),
                         "--format", "onnx"], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 2 and "unknown export format 'onnx'" in r.stderr
+
+
+def test_flashinfer_benchs_python_builder_imports_and_calls_the_solution(tmp_path, monkeypatch):
+    """flashinfer-bench's own builder for Python sources (the one its Triton builder extends) imports the exported
+    Solution and calls ``run`` in destination-passing style; the output matches the definition's reference. On the
+    CPU, with a ``kernel.py`` that calls torch instead of a Triton kernel (tests/export/test_export_gpu.py runs a
+    Triton kernel through the Triton builder on a GPU)."""
+    fib = pytest.importorskip("flashinfer_bench.data", reason="pip install --no-deps flashinfer-bench==0.1.2")
+    import torch
+    from flashinfer_bench.compile.builders.python_builder import PythonBuilder
+
+    monkeypatch.setenv("FIB_CACHE_PATH", str(tmp_path / "fib-cache"))
+    source = ("import torch\n\n\ndef run(hidden_states, weight, output):\n    x = hidden_states.float()\n"
+              "    inv = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)\n"
+              "    output.copy_((x * inv * weight.float()).to(output.dtype))\n")
+    task = load_task(RMSNORM)
+    path = export_candidate(Candidate(target="triton", sources={"kernel.py": source}), task.definition,
+                            tmp_path / "fib", {}, "flashinfer-bench")
+    sol = fib.Solution.model_validate_json(path.read_text())
+    # the fixture is flashinfer-bench's format, but its "constraints": null is refused by 0.1.2's Definition
+    definition = fib.Definition.model_validate({k: v for k, v in json.loads(RMSNORM.read_text()).items()
+                                                if v is not None})
+    runnable = PythonBuilder().build(definition, sol)
+    ns: dict = {}
+    exec(compile(definition.reference, "reference", "exec"), ns)
+    x, w = torch.randn(3, 4096, dtype=torch.bfloat16), torch.randn(4096, dtype=torch.bfloat16)
+    out = torch.empty(3, 4096, dtype=torch.bfloat16)
+    runnable.call_destination_passing(x, w, out)
+    torch.testing.assert_close(out.float(), ns["run"](x, w).float(), atol=2e-2, rtol=2e-2)
