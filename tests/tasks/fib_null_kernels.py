@@ -76,3 +76,49 @@ def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale, out
         lse[b] = (m[:, 0] + np.log(total)) / np.log(2.0)
         output[b] = bf16((p @ ckv[idx]) / total[:, None])  # the compressed cache is both keys and values
 '''
+
+#: DeepSeek-V3 FP8 block-scale MoE (128-wide blocks, no-aux routing: 8 groups, top-2 sum ranks them, 4 kept,
+#: top 8 experts by biased score, weights from the unbiased sigmoid normalised and scaled; GEMM1, SwiGLU with the
+#: gate in the second half, GEMM2), per the definition's description
+MOE_FP8_DS = BF16 + '''
+_codes = np.arange(256)
+_exp, _man = (_codes >> 3) & 15, _codes & 7
+E4M3 = np.where(_codes & 0x80, -1.0, 1.0) * np.where(_exp == 0, _man / 8 * 2.0 ** -6,
+                                                     (1 + _man / 8) * 2.0 ** (_exp - 7.0))
+E4M3 = np.where((_exp == 15) & (_man == 7), np.nan, E4M3).astype(np.float32)
+
+
+def dequant(codes, scale, block=128):
+    """fp8 codes [R, C] times their [R / block, C / block] scales -> float32 [R, C]."""
+    return E4M3[codes] * np.repeat(np.repeat(scale, block, axis=0), block, axis=1)
+
+
+def run(routing_logits, routing_bias, hidden_states, hidden_states_scale, gemm1_weights, gemm1_weights_scale,
+        gemm2_weights, gemm2_weights_scale, local_expert_offset, routed_scaling_factor, output,
+        seq_len, num_experts, num_local_experts, hidden_size, intermediate_size, gemm1_out_size,
+        num_hidden_blocks, num_intermediate_blocks, num_gemm1_out_blocks):
+    T, E, inter = seq_len, num_experts, intermediate_size
+    rows = np.arange(T)[:, None]
+    s = (1.0 / (1.0 + np.exp(-routing_logits.astype(np.float64)))).astype(np.float32)
+    biased = s + f32(routing_bias)
+    group_score = np.sort(biased.reshape(T, 8, E // 8), axis=2)[:, :, -2:].sum(axis=2)
+    kept = np.zeros((T, 8), bool)
+    kept[rows, np.argsort(-group_score, axis=1, kind="stable")[:, :4]] = True
+    pruned = np.where(np.repeat(kept, E // 8, axis=1), biased, np.finfo(np.float32).min)
+    top = np.argsort(-pruned, axis=1, kind="stable")[:, :8]
+    weight = np.zeros((T, E), np.float32)
+    weight[rows, top] = s[rows, top]
+    weight = weight / (weight.sum(axis=1, keepdims=True) + 1e-20) * np.float32(routed_scaling_factor)
+    a = E4M3[hidden_states] * np.repeat(hidden_states_scale.T, 128, axis=1)  # [T, hidden]
+    out = np.zeros((T, hidden_size), np.float32)
+    for le in range(num_local_experts):
+        ge = int(local_expert_offset) + le
+        tok = np.nonzero((top == ge).any(axis=1))[0]
+        if ge >= E or tok.size == 0:
+            continue
+        g = a[tok] @ dequant(gemm1_weights[le], gemm1_weights_scale[le]).T  # [tokens, 2 * inter]
+        up, gate = g[:, :inter], g[:, inter:]
+        h = up * gate / (1.0 + np.exp(-gate))
+        out[tok] += (h @ dequant(gemm2_weights[le], gemm2_weights_scale[le]).T) * weight[tok, ge][:, None]
+    output[...] = bf16(out)
+'''

@@ -4,12 +4,15 @@ loader, structured, inputs; the null target).
 tests/fixtures/flashinfer_trace_upstream holds byte-for-byte copies of five definitions of the flashinfer-trace
 dataset and their workloads files, from flashinfer-bench's repository (its README says where from). The
 dataset's safetensors blobs were not copied (they were never in that repository): the workloads that name one load,
-and a naive kernel is judged on the real definition with the index arrays drawn instead.
+and a naive kernel is judged on the real definition with those inputs (paged index arrays, MoE routing) drawn
+instead. Two cuts, for size: the MLA cache (989,669 pages in every line) and the MoE's hidden and intermediate
+widths (1.4 GB of FP8 weights at the real size) are made small; everything else is as published.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -127,3 +130,39 @@ def test_the_naive_mla_decode_passes_on_a_real_workload_with_a_smaller_cache():
     assert real.axes["num_pages"] == 989669  # every line: a 1 GB bfloat16 cache, too large for a unit test
     ev = _judge(task, K.MLA_DECODE, [_drawn(real, num_pages=256)])
     assert ev.status is Status.PASSED, [x.message for x in ev.workloads]
+
+
+#: the width cut of `_narrow_moe`: hidden 7168 -> 256, intermediate 2048 -> 128 (one and two 128-wide blocks)
+NARROW = {"hidden_size": 256, "intermediate_size": 128, "gemm1_out_size": 256, "num_hidden_blocks": 2,
+          "num_intermediate_blocks": 1, "num_gemm1_out_blocks": 2}
+
+
+def _narrow_moe(tmp_path: Path):
+    """The upstream DeepSeek-V3 MoE definition with its hidden and intermediate widths cut (`NARROW`; the 256
+    experts, 32 local ones, the routing and the reference's code otherwise as published), and its workloads
+    file's lines with their routing blobs drawn instead: a task small enough to judge here."""
+    d = json.loads((ROOT / "definitions" / "moe" / f"{MOE}.json").read_text())
+    for axis, value in NARROW.items():
+        d["axes"][axis]["value"] = value
+    for name, old, new in (("H", 7168, 256), ("I", 2048, 128)):  # fixed, then asserted: `H = 7168`, `H == 7168`
+        d["reference"], n = re.subn(rf"\b{name} (==?) {old}\b", rf"{name} \g<1> {new}", d["reference"])
+        assert n == 2, (name, n)  # the published reference still fixes its widths this way
+    (tmp_path / "moe.json").write_text(json.dumps(d))
+    lines = (ROOT / "workloads" / "moe" / f"{MOE}.jsonl").read_text().splitlines()
+    return load_task(tmp_path / "moe.json", workloads=_write_lines(tmp_path / "moe.jsonl", lines))
+
+
+def _write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_the_naive_deepseek_moe_passes_on_real_workloads_of_the_definition_cut_to_a_narrow_width(tmp_path):
+    pytest.importorskip("torch", reason="flashinfer-bench references are PyTorch")
+    task = _narrow_moe(tmp_path)
+    assert len(task.workloads) == 19 and task.definition.tolerance_for("bfloat16").matched_ratio == 0.95
+    workloads = [_drawn(task.workload(n)) for n in ("seq_len=7", "seq_len=32")]  # routing_logits/bias: blobs
+    ev = _judge(task, K.MOE_FP8_DS, workloads)
+    assert ev.status is Status.PASSED, [x.message for x in ev.workloads]
+    unscaled = K.MOE_FP8_DS.replace("* np.float32(routed_scaling_factor)", "")
+    assert _judge(task, unscaled, workloads[1:]).status is Status.INCORRECT_NUMERICAL
