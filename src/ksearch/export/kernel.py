@@ -20,6 +20,7 @@ None and each format refuses them in one line.
 from __future__ import annotations
 
 import os
+import textwrap
 from pathlib import Path
 
 from ksearch.errors import ExportError
@@ -185,8 +186,9 @@ def _call(named):
 def module(doc: str, kind: str, consts: dict[str, object], tail: str) -> str:
     """An exported module's text: ``doc`` as its docstring, ``kind``'s imports, ``consts`` as literals, the kernel's
     runtime and `CALL`, then ``tail`` (the format's own code)."""
-    lines = [f'"""{doc}"""', ""] + [f"import {m}" for m in IMPORTS[kind]] + ["from pathlib import Path", "",
-                                                                             "import torch", ""]
+    text = "\n".join(textwrap.fill(line, 110) for line in doc.split("\n"))
+    lines = [f'"""{text}"""', ""] + [f"import {m}" for m in IMPORTS[kind]] + ["from pathlib import Path", "",
+                                                                              "import torch", "", ""]
     return "\n".join(lines) + literals(consts) + "\n_LOADED = []\n" + RUNTIME[kind] + CALL + tail
 
 
