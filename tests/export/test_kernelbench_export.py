@@ -97,3 +97,19 @@ def test_a_kernel_with_no_model_new_form_is_refused(tmp_path):
     with pytest.raises(ExportError, match="a cuda kernel has no ModelNew form yet"):
         export_candidate(cuda, task.definition, tmp_path / "m.py", {}, "kernelbench")
     assert not (tmp_path / "m.py").exists()
+
+
+def test_a_task_from_elsewhere_gets_a_model_new_over_its_inputs(tmp_path):
+    """A task not imported from KernelBench (here a GPU MODE look-alike): ModelNew() takes the task's inputs in
+    definition order; the var axis is read from their shapes."""
+    from ksearch.tasks import load_task
+    from tests.tasks.test_gpumode_import import GPUMODE, VECTORADD
+
+    task = load_task(GPUMODE / "vectoradd_py")
+    cand = Candidate(target="cpu", sources={"kernel.c": VECTORADD.replace("EPS", "0.0f")})
+    mod = load_module(export_candidate(cand, task.definition, tmp_path / "m.py", {}, "kernelbench"))
+    assert not hasattr(mod, "get_inputs")
+    a, b = torch.randn(5, 5), torch.randn(5, 5)
+    torch.testing.assert_close(mod.ModelNew()(a, b), a + b)
+    with pytest.raises(TypeError, match=r"forward takes 2 inputs \(A, B\), got 1"):
+        mod.ModelNew()(a)
