@@ -91,3 +91,21 @@ def test_tasks_show_says_where_the_cost_model_comes_from():
     r = CliRunner().invoke(app, ["tasks", "show", f"{GEMM}:M=8,K=16,N=12"])
     assert r.exit_code == 0, r.output
     assert "cost model: flops: torch FlopCounterMode" in " ".join(r.output.split())
+
+
+FIB = Path(__file__).resolve().parents[1] / "fixtures" / "flashinfer_trace" / "definitions"
+
+
+def test_flashinfer_bench_gemm_and_paged_decode_are_counted_the_decode_on_its_drawn_indices():
+    """The GEMM on meta tensors; GQA paged decode reads kv_indptr, so it is counted on real inputs: per batch row,
+    q . K^T and p . V over that row's pages, 2 * 2 * heads * pages * head_dim."""
+    gemm = load_task(FIB / "gemm" / "gemm_n4096_k4096.json")
+    wl = gemm.workloads[0]
+    ax = gemm.definition.axis_values(wl)
+    assert gemm.definition.cost_of(wl).flops == 2 * ax["M"] * ax["N"] * ax["K"]
+    assert count_flops(gemm.definition, wl).how == "meta" and gemm.definition.cost_of(wl).flops_on == "tensor_float16"
+    gqa = load_task(FIB / "gqa_paged" / "gqa_paged_decode_h32_kv8_d128_ps1.json")
+    wl = min(gqa.workloads, key=gqa.definition.bytes_of)
+    ax = gqa.definition.axis_values(wl)
+    got = count_flops(gqa.definition, wl)
+    assert got.how == "real" and got.flops == 2 * 2 * ax["num_qo_heads"] * ax["num_kv_indices"] * ax["head_dim"]
