@@ -87,6 +87,15 @@ def test_a_workload_whose_blob_is_absent_loads_and_names_the_file_when_its_input
         make_inputs(task.definition, w, seed=1)
 
 
+def test_importing_a_definition_whose_blobs_are_absent_is_refused_before_anything_is_written(tmp_path):
+    from ksearch.tasks.importers import write_task_dir
+
+    task = load_task(f"{ROOT}/{GQA}")
+    with pytest.raises(TaskError, match=r"names safetensors file .*, which does not exist \(48 of the task's 48 "):
+        write_task_dir(task, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_deepseek_moe_keeps_its_fp8_weights_and_real_scalars():
     task = load_task(f"{ROOT}/{MOE}")
     d = task.definition

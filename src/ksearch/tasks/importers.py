@@ -107,8 +107,18 @@ def write_task_dir(task: Task, out: str | Path, force: bool = False) -> Path:
         The folder, loadable with ``load_task(out)``.
 
     Raises:
-        TaskError: ``out`` is a file, or a non-empty folder without ``force``, or a file cannot be written.
+        TaskError: ``out`` is a file, or a non-empty folder without ``force``, a safetensors file a workload names
+            does not exist (checked before anything is written), or a file cannot be written.
     """
+    from ksearch.tasks.flashinfer import missing_blobs
+
+    lacking = [(w, m) for w in task.workloads if (m := missing_blobs(w))]
+    if lacking:
+        w, missing = lacking[0]
+        raise TaskError(f"workload {w.label!r} names safetensors file {missing[0]}, which does not exist ({len(lacking)} "
+                        f"of the task's {len(task.workloads)} workloads name missing files): the folder would not "
+                        "stand alone; get the dataset's blob/ folder, or pass a workloads file without those lines "
+                        "with --workloads-file")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise TaskError(f"cannot write a task folder at {out}: it is a file")
