@@ -109,3 +109,28 @@ def test_flashinfer_bench_gemm_and_paged_decode_are_counted_the_decode_on_its_dr
     ax = gqa.definition.axis_values(wl)
     got = count_flops(gqa.definition, wl)
     assert got.how == "real" and got.flops == 2 * 2 * ax["num_qo_heads"] * ax["num_kv_indices"] * ax["head_dim"]
+
+
+def test_a_hanging_or_exiting_reference_gives_bytes_only_with_the_reason(monkeypatch):
+    """`ksearch tasks show` and `eval` must not hang on a reference that never returns, nor exit with it."""
+    import ksearch.tasks.flops as flops
+
+    monkeypatch.setattr(flops, "COUNT_SECONDS", 0.3)
+    hang = _definition("import torch\ndef run(a, b):\n    while True:\n        pass\n")
+    cost = hang.cost_of(Workload(axes={"M": 4, "K": 5}))
+    assert cost.flops == 0 and "did not finish in 0.3 s" in cost.source
+    again = count_flops(hang, Workload(axes={"M": 7, "K": 5}))  # another shape: not 0.3 s again
+    assert again.flops is None and "did not finish" in again.note
+    leave = _definition("import sys\ndef run(a, b):\n    sys.exit(3)\n")
+    assert "SystemExit" in leave.cost_of(Workload(axes={"M": 4, "K": 5})).source
+
+
+def test_a_huge_workload_that_cannot_run_on_meta_is_not_drawn(monkeypatch):
+    """A reference that reads its data at 16 GiB of inputs: refused by size, nothing allocated."""
+    import ksearch.tasks.inputs as inputs
+
+    monkeypatch.setattr(inputs, "make_inputs", lambda *a: pytest.fail("drew the inputs of a 16 GiB workload"))
+    reads = _definition("import torch\ndef run(a, b):\n    a[0, 0].item()\n    return a @ b\n")
+    counted = count_flops(reads, Workload(axes={"M": 65536, "K": 65536}))
+    assert counted.flops is None and "MiB of inputs and outputs, over the 512 MiB" in counted.note, counted.note
+    assert "not on meta tensors (" in counted.note

@@ -6,7 +6,10 @@ is torch, `count_flops` runs the reference once per workload under ``torch.utils
 first on ``meta`` tensors of the workload's shapes and dtypes (no memory, no arithmetic: instant whatever the
 sizes), and where the reference cannot run there (it reads input data: ``.item()``, paged-attention index arrays)
 on the workload's real inputs for seed 0 (`ksearch.tasks.inputs.make_inputs`; as much as one correctness check
-costs). The counts are cached per (reference, workload shapes) in this process.
+costs; refused above `REAL_INPUT_BYTES` of inputs and outputs rather than allocated). Each attempt is stopped
+after `COUNT_SECONDS` (a reference that hangs, or never returns), and a reference that raises or calls
+``sys.exit`` gives bytes only with the reason. The counts are cached per (reference, workload shapes) in this
+process.
 
 What the counter counts: matrix products and convolutions (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``convolution``
 and their backward, scaled dot-product attention), 2 FLOPs per multiply-add; elementwise ops, reductions and
@@ -22,6 +25,9 @@ answers a tensor key with its vector peak: `ksearch.hardware.roofline.peak_for`)
 from __future__ import annotations
 
 import json
+import signal
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ksearch.tasks.definition import Definition, Workload
@@ -31,6 +37,11 @@ TENSOR_KEYS = {"float64": "tensor_float64", "float32": "tensor_tf32", "float16":
                "bfloat16": "tensor_bfloat16", "float8_e4m3fn": "tensor_float8", "float8_e5m2": "tensor_float8"}
 #: the keys above from the widest dtype down: the inputs' first one present names the rate
 _WIDEST_FIRST = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+
+#: the most bytes (inputs and outputs by their shapes) a workload may have to be counted on real inputs
+REAL_INPUT_BYTES = 512 * 2**20
+#: seconds one attempt (meta tensors, then real inputs) may run under the counter
+COUNT_SECONDS = 20.0
 
 #: the counter's name, as the report shows the source of a floor
 SOURCE = "flops: torch FlopCounterMode on the reference"
@@ -48,6 +59,8 @@ class FlopCount:
 
 
 _CACHE: dict[tuple, FlopCount] = {}
+#: reference source -> why it is not counted again: it ran past COUNT_SECONDS once
+_TIMED_OUT: dict[str, str] = {}
 
 
 def flops_on(definition: Definition) -> str:
@@ -85,7 +98,7 @@ def _count(definition: Definition, workload: Workload, values: dict[str, int]) -
     on = flops_on(definition)
     try:
         run = reference_function(definition)
-    except Exception as e:  # a reference that does not load: the check will say so; here, bytes only
+    except (Exception, SystemExit) as e:  # a reference that does not load: the check will say so; bytes only
         return FlopCount(None, on, note=f"the reference does not load: {e}")
 
     def counted(args: dict) -> float:
@@ -94,17 +107,58 @@ def _count(definition: Definition, workload: Workload, values: dict[str, int]) -
             run(**args)
         return float(counter.get_total_flops())
 
+    if definition.reference in _TIMED_OUT:  # once per reference, not COUNT_SECONDS for every workload
+        return FlopCount(None, on, note=_TIMED_OUT[definition.reference])
     try:
-        return FlopCount(counted(_meta_args(definition, workload, values)), on, "meta")
-    except Exception:  # noqa: S110 - the reference reads its data or makes tensors elsewhere: real inputs below
-        pass
+        with time_limit(COUNT_SECONDS):
+            return FlopCount(counted(_meta_args(definition, workload, values)), on, "meta")
+    except TimeUp:
+        note = _TIMED_OUT[definition.reference] = f"the reference did not finish in {COUNT_SECONDS:g} s"
+        return FlopCount(None, on, note=note)
+    except (Exception, SystemExit) as e:  # reads its data or makes tensors elsewhere: real inputs below
+        on_meta = f"{type(e).__name__}: {e}"[:50]
+    nbytes = definition.bytes_of(workload)
+    if nbytes > REAL_INPUT_BYTES:
+        return FlopCount(None, on, note=f"not on meta tensors ({on_meta}), and {nbytes / 2**20:.0f} MiB of inputs "
+                                        f"and outputs, over the {REAL_INPUT_BYTES // 2**20} MiB drawn to count")
     try:
         from ksearch.tasks.inputs import make_inputs
         from ksearch.tasks.reference import torch_args
 
-        return FlopCount(counted(torch_args(definition, make_inputs(definition, workload, 0))), on, "real")
-    except Exception as e:
+        with time_limit(COUNT_SECONDS):
+            return FlopCount(counted(torch_args(definition, make_inputs(definition, workload, 0))), on, "real")
+    except TimeUp:
+        note = _TIMED_OUT[definition.reference] = f"the reference did not finish in {COUNT_SECONDS:g} s"
+        return FlopCount(None, on, note=note)
+    except (Exception, SystemExit) as e:
         return FlopCount(None, on, note=f"the reference did not run under the counter: {type(e).__name__}: {e}")
+
+
+class TimeUp(BaseException):
+    """Raised inside the counted call when its time is up (a BaseException: a reference's ``except Exception``
+    does not swallow it)."""
+
+
+@contextmanager
+def time_limit(seconds: float):
+    """Raise `TimeUp` in the body after ``seconds`` (by SIGALRM, on the main thread only: elsewhere no limit,
+    as a signal cannot be delivered there). A Python loop is interrupted; a single long C call at its end."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def up(signum, frame):
+        raise TimeUp()
+
+    previous = signal.signal(signal.SIGALRM, up)
+    old = signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if old[0]:
+            signal.setitimer(signal.ITIMER_REAL, *old)
 
 
 def _meta_args(definition: Definition, workload: Workload, values: dict[str, int]) -> dict:
