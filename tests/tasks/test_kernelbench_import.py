@@ -229,3 +229,24 @@ def test_an_input_that_is_neither_a_tensor_nor_a_number_is_a_clear_task_error(tm
                         "def get_init_inputs():\n    return []\n")
     with pytest.raises(TaskError, match="'shape' is tuple .*ksearch passes tensors and numbers"):
         load_task(f)
+
+
+def test_a_forward_that_never_returns_is_a_task_error_not_a_hang(tmp_path, monkeypatch):
+    import ksearch.tasks.kernelbench as kb
+
+    monkeypatch.setattr(kb, "LOAD_SECONDS", 0.3)
+    f = write(tmp_path, "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        while True:\n"
+                        "            x = x + 1\n\ndef get_inputs():\n    return [torch.rand(2)]\n\n"
+                        "def get_init_inputs():\n    return []\n")
+    with pytest.raises(TaskError, match=r"did not finish in 0.3 s"):
+        load_task(f)
+
+
+def test_a_huge_problem_that_cannot_run_on_meta_is_refused_not_built_on_the_cpu(tmp_path):
+    """32 GiB of inputs whose forward reads data (.item()): refused by the size learnt on meta tensors."""
+    f = write(tmp_path, "import torch\nclass Model(torch.nn.Module):\n    def forward(self, A, B):\n"
+                        "        A[0, 0].item()\n        return A @ B\n\nM = 65536\n"
+                        "def get_inputs():\n    return [torch.randn(M, M), torch.randn(M, M)]\n\n"
+                        "def get_init_inputs():\n    return []\n")
+    with pytest.raises(TaskError, match=r"item\(\) cannot be called on meta.*32768 MiB, over the 1024 MiB.*shrink"):
+        load_task(f)

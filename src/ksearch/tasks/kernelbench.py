@@ -24,7 +24,9 @@ A problem file defines ``class Model(nn.Module)``, ``get_inputs()`` (the forward
   bfloat16).
 
 Shapes are learnt at load time on torch's ``meta`` device (no memory, whatever the sizes), falling back to real
-tensors where a problem's code cannot run there. The problem file is trusted code run in this process, as
+tensors where a problem's code cannot run there (refused where its inputs and weights are over
+`CPU_FALLBACK_BYTES`: shrink it). Each attempt is stopped after `LOAD_SECONDS` (a forward that never returns is a
+TaskError, not a hung command). The problem file is trusted code run in this process, as
 every reference is. ``sizes`` replaces the value of top-level assignments (``batch_size = 16``) in the source
 before it runs, so constants derived from them follow (``bias_shape = (out_features,)``): the tests use it to
 shrink GPU-sized problems, and a command line spells it ``PROBLEM.py:batch_size=4,dim=256`` (`split_sizes`).
@@ -185,8 +187,48 @@ def _run_problem(source: str, origin: str) -> dict:
     return namespace
 
 
+#: seconds the problem may take to build and run its forward once at load time (meta tensors, then the CPU)
+LOAD_SECONDS = 30.0
+#: the most bytes of inputs, parameters and buffers loaded on the CPU where the forward cannot run on meta tensors
+CPU_FALLBACK_BYTES = 1 << 30
+
+
 def _instantiate(ns: dict, origin: str, device: str):
-    """(forward arguments, model, output) of the problem on ``device`` (``meta``: shapes only)."""
+    """(forward arguments, model, output) of the problem on ``device`` (``meta``: shapes only). Raises TaskError
+    where a step raises or the whole takes over `LOAD_SECONDS`."""
+    from ksearch.tasks.flops import TimeUp, time_limit
+
+    try:
+        with time_limit(LOAD_SECONDS):
+            return _instantiate_unlimited(ns, origin, device)
+    except TimeUp:
+        raise _TooLong(f"{origin}: building the model and running its forward once on {device} tensors did not "
+                        f"finish in {LOAD_SECONDS:g} s") from None
+
+
+class _TooLong(TaskError):
+    """The problem did not load in `LOAD_SECONDS` (not tried again on the CPU)."""
+
+
+def _meta_bytes(ns: dict) -> int | None:
+    """Bytes of the problem's forward arguments, parameters and buffers, learnt on meta tensors (None where
+    ``get_inputs`` or the constructor cannot run there)."""
+    import torch
+
+    from ksearch.tasks.flops import TimeUp, time_limit
+
+    try:
+        with time_limit(LOAD_SECONDS), torch.device("meta"):
+            torch.manual_seed(0)
+            model = ns["Model"](*ns["get_init_inputs"]())
+            tensors = [a for a in ns["get_inputs"]() if hasattr(a, "nbytes")]
+            tensors += [*model.parameters(), *model.buffers()]
+            return sum(int(t.nbytes) for t in tensors)
+    except (Exception, SystemExit, TimeUp):
+        return None
+
+
+def _instantiate_unlimited(ns: dict, origin: str, device: str):
     import torch
 
     with torch.device(device):
@@ -257,7 +299,14 @@ def load_kernelbench(path: Path, workloads: Path | None = None, sizes: dict[str,
     ns = _run_problem(source, origin)
     try:
         args, model, out = _instantiate(ns, origin, "meta")
-    except TaskError:
+    except _TooLong:
+        raise
+    except TaskError as on_meta:
+        nbytes = _meta_bytes(ns)
+        if nbytes is not None and nbytes > CPU_FALLBACK_BYTES:
+            raise TaskError(f"{on_meta}; its inputs and weights are {nbytes / 2**20:.0f} MiB, over the "
+                            f"{CPU_FALLBACK_BYTES // 2**20} MiB built on the CPU to learn its shapes: shrink its "
+                            "sizes with PROBLEM.py:NAME=VALUE,...") from None
         args, model, out = _instantiate(ns, origin, "cpu")
     constants = [(n, ns[n]) for n in _constants(tree) if type(ns.get(n)) is int and ns[n] > 1]
     axes: dict[str, ConstAxis] = {}
