@@ -124,3 +124,19 @@ def test_the_decode_reference_gives_the_same_output_from_native_and_widened_inpu
     native = run_reference(d, inputs)["o"]
     widened = run_reference(d.model_copy(update={"reference_inputs": "float64"}), inputs)["o"]
     assert np.array_equal(native, widened)
+
+
+@pytest.mark.parametrize("backend", ["torch", "numpy"])
+def test_a_reference_that_calls_sys_exit_is_a_task_error_not_the_commands_exit(backend):
+    """`ksearch eval` exited with the reference's status and no message."""
+    from ksearch.errors import TaskError
+    from ksearch.tasks.definition import Definition
+
+    if backend == "torch":
+        pytest.importorskip("torch")
+    d = Definition.model_validate({
+        "name": "leaves", "axes": {"n": {"type": "const", "value": 3}},
+        "inputs": {"x": {"shape": ["n"], "dtype": "float32"}}, "outputs": {"y": {"shape": ["n"], "dtype": "float32"}},
+        "reference": "import sys\ndef run(x):\n    sys.exit(3)\n", "reference_backend": backend})
+    with pytest.raises(TaskError, match="failed: SystemExit: 3"):
+        run_reference(d, {"x": np.zeros(3, np.float32)})

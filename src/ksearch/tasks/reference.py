@@ -21,7 +21,7 @@ def _entry(definition: Definition):
         namespace: dict = {}
         try:
             exec(compile(definition.reference, f"<reference of {definition.name}>", "exec"), namespace)  # noqa: S102
-        except Exception as e:  # a broken reference is a task error, not ours
+        except (Exception, SystemExit) as e:  # a broken reference is a task error, not ours
             raise TaskError(f"reference of {definition.name!r} does not load: {type(e).__name__}: {e}") from None
         if not callable(namespace.get("run")):
             raise TaskError(f"reference of {definition.name!r} defines no function `run`")
@@ -55,7 +55,7 @@ def run_reference(definition: Definition, inputs: dict) -> dict[str, np.ndarray]
                 for k, v in inputs.items()}
         try:
             result = run(**args)
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # sys.exit in a reference: its error, not the command's exit
             raise TaskError(f"reference of {definition.name!r} failed: {type(e).__name__}: {e}") from None
     if isinstance(result, dict):
         missing = [n for n in names if n not in result]
@@ -113,7 +113,7 @@ def _run_torch(definition: Definition, run, inputs: dict):
     try:
         with torch.no_grad():
             result = run(**args)
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # sys.exit in a reference: its error, not the command's exit
         raise TaskError(f"reference of {definition.name!r} failed: {type(e).__name__}: {e}") from None
     def widen(r):
         return r.detach().to(torch.float64).numpy() if hasattr(r, "detach") else r
