@@ -96,3 +96,18 @@ def test_a_python_module_in_destination_passing_style_runs_through_the_torch_kin
     x = mod.get_inputs()[0]
     with torch.no_grad():
         torch.testing.assert_close(new(x), ref(x))
+
+
+def test_a_run_over_without_a_best_kernel_says_so_rather_than_to_resume_it(run):
+    """`ksearch resume` on an exhausted run writes no best kernel: the message must not send the user there."""
+    from ksearch.store.db import Store
+
+    (run / "best" / "candidate.json").unlink()
+    with pytest.raises(ExportError, match="has no best kernel yet .* `ksearch resume relu-test-run`"):
+        export_run("relu-test", fmt="kernelbench")
+    store = Store(run / "run.sqlite")
+    store.set_status("exhausted")
+    store.close()
+    with pytest.raises(ExportError, match="is exhausted with no best kernel .*nothing to export") as e:
+        export_run("relu-test", fmt="kernelbench")
+    assert "resume" not in str(e.value)

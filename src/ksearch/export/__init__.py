@@ -97,6 +97,9 @@ def export_run(run: str, out: Path | None = None, fmt: str = "mlx") -> Path:
         store.close()
     best = store.path.parent / "best" / "candidate.json"
     if not best.is_file():
+        if info.get("status") in ("finished", "exhausted"):  # over: resuming it writes no best kernel
+            raise ExportError(f"run {info['id']} is {info['status']} with no best kernel ({best} is missing: no "
+                              "candidate passed); nothing to export")
         raise ExportError(f"run {info['id']} has no best kernel yet ({best} is missing): finish it with "
                           f"`ksearch resume {info['id']}`")
     candidate = Candidate.model_validate_json(best.read_text())
