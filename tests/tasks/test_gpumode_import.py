@@ -235,3 +235,40 @@ def test_tasks_import_with_force_replaces_the_task_files_a_folder_held(tmp_path)
     assert not (out / "definition.yaml").exists() and not (out / "naive.cpu.c").exists()
     assert (out / "notes.txt").read_text() == "mine\n"
     assert load_task(out).definition.name == "vectoradd_py"
+
+
+def test_a_ref_kernel_that_never_returns_is_a_task_error_not_a_hang(tmp_path, monkeypatch):
+    import ksearch.tasks.gpumode as gm
+
+    monkeypatch.setattr(gm, "PROBE_SECONDS", 0.3)
+    folder = tmp_path / "hang_py"
+    folder.mkdir()
+    (folder / "task.yml").write_text('files:\n  - {"name": "reference.py", "source": "reference.py"}\n'
+                                     'tests:\n  - {"size": 4, "seed": 1}\n')
+    (folder / "reference.py").write_text("import torch\n\ndef generate_input(size, seed):\n"
+                                         "    return torch.zeros(size)\n\n"
+                                         "def ref_kernel(data):\n    while True:\n        data = data + 1\n\n"
+                                         "def check_implementation(data, output):\n    return True\n")
+    with pytest.raises(TaskError, match=r"ref_kernel on test0-size4 did not finish in 0.3 s"):
+        load_task(folder)
+
+
+def test_the_probe_keeps_shapes_not_every_workloads_data():
+    """Every workload's data held at once at load time could be gigabytes: meta tensors, the device kept."""
+    import ksearch.tasks.gpumode as gm
+
+    task = load_task(GPUMODE / "vectoradd_py")
+    assert task.definition.inputs  # loads as before
+    seen = {}
+    real = gm._probe
+
+    def spy(*a):
+        seen["r"] = real(*a)
+        return seen["r"]
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(gm, "_probe", spy):
+        load_task(GPUMODE / "vectoradd_py")
+    data_all, out_all, _, _, device = seen["r"]
+    assert device == "cpu" and all(p.is_meta for row in data_all + out_all for p in row)

@@ -202,17 +202,29 @@ def _dtype(value, what: str, origin: str) -> str:
     return name
 
 
-def _probe(ns: dict, origin: str, rows) -> tuple[list, list, bool, bool]:
-    """The data and the reference output of every workload: ([data parts per workload], [outputs per workload],
-    whether the data is a tuple, whether ref_kernel returns a tuple (a one-element one included))."""
+#: seconds generate_input, or ref_kernel, may take on one workload at load time
+PROBE_SECONDS = 120.0
+
+
+def _probe(ns: dict, origin: str, rows) -> tuple[list, list, bool, bool, str]:
+    """The data and the reference output of every workload, as meta tensors (shapes and dtypes): ([data parts per
+    workload], [outputs per workload], whether the data is a tuple, whether ref_kernel returns a tuple (a
+    one-element one included), the first workload's data's torch device). Each call is stopped after
+    `PROBE_SECONDS`."""
     import torch
 
+    from ksearch.tasks.flops import TimeUp, time_limit
+
     ref = ns["_ksearch_reference"]()
-    data_all, out_all = [], []
+    data_all, out_all, device = [], [], "cpu"
     is_tuple = out_tuple = False
     for name, _, sizes, seed in rows:
         try:
-            data = ref.generate_input(**sizes, seed=seed)
+            with time_limit(PROBE_SECONDS):
+                data = ref.generate_input(**sizes, seed=seed)
+        except TimeUp:
+            raise TaskError(f"{origin}: generate_input({sizes}, seed={seed}) for {name} did not finish in "
+                            f"{PROBE_SECONDS:g} s") from None
         except Exception as e:
             torch_device = "cuda"  # torch's device, named in the problem's own error (not a ksearch target)
             hint = "" if torch.cuda.is_available() or torch_device not in str(e).lower() else \
@@ -224,16 +236,22 @@ def _probe(ns: dict, origin: str, rows) -> tuple[list, list, bool, bool]:
         if not all(hasattr(p, "shape") or isinstance(p, (int, float)) for p in parts):
             raise TaskError(f"{origin}: generate_input returns {type(data).__name__} with parts "
                             f"{[type(p).__name__ for p in parts]}; ksearch reads a tensor or a tuple of tensors")
+        meta = [p.to("meta") if hasattr(p, "to") else p for p in parts]
         try:  # shapes only: on the meta device where the reference runs there, else on the data itself
-            meta = [p.to("meta") if hasattr(p, "shape") else p for p in parts]
-            with torch.device("meta"):
+            with time_limit(PROBE_SECONDS), torch.device("meta"):
                 out = ref.ref_kernel(tuple(meta) if isinstance(data, (tuple, list)) else meta[0])
+        except TimeUp:
+            raise TaskError(f"{origin}: ref_kernel on {name} did not finish in {PROBE_SECONDS:g} s") from None
         except Exception:
             try:
                 copies = [p.clone() if hasattr(p, "clone") else p for p in parts]
-                out = ref.ref_kernel(tuple(copies) if isinstance(data, (tuple, list)) else copies[0])
+                with time_limit(PROBE_SECONDS):
+                    out = ref.ref_kernel(tuple(copies) if isinstance(data, (tuple, list)) else copies[0])
+            except TimeUp:
+                raise TaskError(f"{origin}: ref_kernel on {name} did not finish in {PROBE_SECONDS:g} s") from None
             except Exception as e:
                 raise TaskError(f"{origin}: ref_kernel on {name} raised {type(e).__name__}: {e}") from None
+            del copies
         out_tuple = isinstance(out, (tuple, list))
         outs = list(out) if out_tuple else [out]
         if not all(hasattr(o, "shape") for o in outs):
@@ -241,9 +259,13 @@ def _probe(ns: dict, origin: str, rows) -> tuple[list, list, bool, bool]:
         if data_all and (len(parts), len(outs)) != (len(data_all[0]), len(out_all[0])):
             raise TaskError(f"{origin}: {name} has {len(parts)} data parts and {len(outs)} outputs, the first "
                             f"workload {len(data_all[0])} and {len(out_all[0])}")
-        data_all.append(parts)
-        out_all.append(outs)
-    return data_all, out_all, is_tuple, out_tuple
+        if not data_all:
+            device = next((str(p.device) for p in parts if hasattr(p, "device")), "cpu")
+        # shapes and dtypes are all that is read on: every workload's data held at once could be gigabytes
+        data_all.append(meta)
+        out_all.append([o.to("meta") if hasattr(o, "to") else o for o in outs])
+        del data, parts, out, outs
+    return data_all, out_all, is_tuple, out_tuple, device
 
 
 def relation(axis: str, values: list[int], sizes: list[dict[str, int]]) -> str:
@@ -301,7 +323,7 @@ def load_gpumode(path: Path, workloads: Path | None = None) -> Task:
     missing = [f for f in ("generate_input", "ref_kernel", "check_implementation") if not callable(getattr(ref, f, None))]
     if missing:
         raise TaskError(f"{origin}: reference.py defines no {', '.join(missing)}")
-    data_all, out_all, is_tuple, out_tuple = _probe(ns, origin, rows)
+    data_all, out_all, is_tuple, out_tuple, device = _probe(ns, origin, rows)
     parts = _part_names(modules["reference"], len(data_all[0]), is_tuple)
     out_names = ["result" if "output" in parts else "output"] if len(out_all[0]) == 1 else \
         [f"output{i}" for i in range(len(out_all[0]))]
@@ -339,7 +361,6 @@ def load_gpumode(path: Path, workloads: Path | None = None) -> Task:
 
     inputs = specs(parts, data_all, "generate_input's data")
     outputs = specs(out_names, out_all, "ref_kernel's result")
-    device = next((str(p.device) for p in data_all[0] if hasattr(p, "device")), "cpu")
     source = bundle + _WRAPPER.format(sizes=size_names, parts=parts, is_tuple=is_tuple, outputs=out_names,
                                       out_tuple=out_tuple, device=device)
     description = str(spec.get("description") or f"GPU MODE problem {path.name}").strip().splitlines()[0] + \
