@@ -153,3 +153,36 @@ def test_inputs_drawn_in_steps_and_threads_are_the_one_shot_draw(monkeypatch):
         once = inp._draw(np.random.default_rng([77, index]), dists[name], (12_345,))
         want = inp.bf16_from_f32(once) if dtypes[name] == "bfloat16" else once.astype(inp.numpy_dtype(dtypes[name]))
         assert got[name].dtype == want.dtype and got[name].tobytes() == want.tobytes(), name
+
+
+def test_a_torch_reference_that_is_not_deterministic_is_refused_and_a_deterministic_one_runs_once():
+    """A dropout in training mode (KernelBench problems keep the module training): every kernel would fail
+    INCORRECT_NUMERICAL with no hint why; the first case is run twice and the reference refused by name."""
+    import pytest
+
+    pytest.importorskip("torch")
+    from ksearch.errors import TaskError
+    from ksearch.tasks.definition import Definition, Workload
+
+    def definition(body: str) -> Definition:
+        return Definition.model_validate({
+            "name": "drop", "axes": {"n": {"type": "const", "value": 64}},
+            "inputs": {"x": {"shape": ["n"], "dtype": "float32"}},
+            "outputs": {"y": {"shape": ["n"], "dtype": "float32"}}, "reference_backend": "torch",
+            "reference": f"import torch\ndef run(x):\n    return {body}\n"})
+
+    wl = Workload(axes={})
+    x = {"x": np.linspace(1, 2, 64, dtype=np.float32)}
+    data = CaseData(definition("torch.nn.functional.dropout(x, 0.5, training=True)"), 1 << 20, 1 << 20)
+    try:
+        with pytest.raises(TaskError, match="'drop' is not deterministic: run twice on the same inputs .* 'y' "
+                                            "differs in .* of 64 elements"):
+            data.reference(wl, 1, x)
+    finally:
+        data.close()
+    data = CaseData(definition("x * 2"), 1 << 20, 1 << 20)
+    try:
+        assert np.allclose(data.reference(wl, 1, x)["y"], 2 * x["x"]) and data.counts["references"] == 1
+        data.reference(Workload(axes={}), 2, x)  # checked once per judge, not per case
+    finally:
+        data.close()

@@ -70,6 +70,30 @@ def remove_stale_dirs() -> int:
 _COMPARE_CHUNK = 1 << 20
 
 
+#: a torch reference (a task from elsewhere: a dropout in training mode, an unseeded torch.rand) that runs under
+#: this many seconds is run twice on its first case, to refuse a reference no kernel could match
+DETERMINISM_CHECK_SECONDS = 2.0
+
+
+def _same_again(definition: Definition, inputs: dict, outs: dict[str, np.ndarray], case: str) -> None:
+    """Raise TaskError where the reference, run again on the same inputs, gives outputs that differ beyond their
+    tolerance (``|a - b| <= atol + rtol * |b|``, NaN equal to NaN, at least the tolerance's matched ratio)."""
+    from ksearch.errors import TaskError
+
+    again = run_reference(definition, inputs)
+    for name, want in outs.items():
+        tol = definition.tolerance_for(definition.outputs[name].dtype)
+        got = again[name]
+        with np.errstate(invalid="ignore", over="ignore"):
+            ok = np.isclose(got, want, rtol=tol.rtol, atol=tol.atol, equal_nan=True)
+        if ok.size and ok.mean() < tol.matched_ratio:
+            diff = np.abs(np.nan_to_num(got - want, nan=0.0, posinf=0.0, neginf=0.0))
+            raise TaskError(f"the reference of {definition.name!r} is not deterministic: run twice on the same "
+                            f"inputs ({case}) its output {name!r} differs in {int((~ok).sum())} of {ok.size} "
+                            f"elements beyond atol={tol.atol:g} rtol={tol.rtol:g} (max {diff.max():.3g}), so no "
+                            "kernel can match it (a dropout in training mode or an unseeded random op?)")
+
+
 def _nbytes(arrays: dict) -> int:
     return sum(v.nbytes for v in arrays.values() if isinstance(v, np.ndarray))
 
@@ -155,6 +179,7 @@ class CaseData:
         self._used: dict[tuple[str, int], int] = {}  # key -> the generation that last used it
         #: work done, for tests and profiles: inputs made, input files written, references computed
         self.counts = {"inputs": 0, "input_files": 0, "references": 0}
+        self._determinism_checked = False  # a torch reference's first outputs computed twice (`_same_again`)
 
     def begin(self) -> None:
         """An evaluation starts: it may evict only cache entries it has not used itself."""
@@ -196,6 +221,10 @@ class CaseData:
         outs = run_reference(self.definition, inputs)
         self._ref_seconds[workload.uuid] = time.perf_counter() - t0
         self.counts["references"] += 1
+        if not self._determinism_checked and self.definition.reference_backend == "torch":
+            self._determinism_checked = True
+            if self._ref_seconds[workload.uuid] < DETERMINISM_CHECK_SECONDS:
+                _same_again(self.definition, inputs, outs, f"{workload.label} seed {seed % 10000:04d}")
         outs = {k: (v.astype(np.float32) if v.size > _F32_CACHE_ABOVE else v) for k, v in outs.items()}
         size = sum(v.nbytes for v in outs.values())
         fits, self._ref_bytes = self._make_room(self._refs, size, self._ref_bytes, self.reference_cache_bytes,
