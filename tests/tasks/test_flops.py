@@ -134,3 +134,13 @@ def test_a_huge_workload_that_cannot_run_on_meta_is_not_drawn(monkeypatch):
     counted = count_flops(reads, Workload(axes={"M": 65536, "K": 65536}))
     assert counted.flops is None and "MiB of inputs and outputs, over the 512 MiB" in counted.note, counted.note
     assert "not on meta tensors (" in counted.note
+
+
+def test_a_reason_that_names_each_workload_is_said_three_times_then_counted():
+    """A dataset whose 48 workloads lack their blobs printed 48 reasons under `ksearch tasks show`."""
+    from ksearch.tasks.definition import join_cost_sources
+
+    reasons = [f"bytes only (FLOPs not counted: workload {i} lacks its blob)" for i in range(48)]
+    text = join_cost_sources([*reasons, reasons[0]])
+    assert text.count("bytes only") == 3 and text.endswith("; and 45 more (one per workload)")
+    assert join_cost_sources([SOURCE, SOURCE]) == SOURCE

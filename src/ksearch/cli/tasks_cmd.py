@@ -71,7 +71,9 @@ def show(task: str = typer.Argument(..., help=TASK_HELP),
         table.add_row(w.label, w.purpose, " ".join(f"{k}={v}" for k, v in w.axes.items()), f"{c.bytes / 1e6:.2f}",
                       f"{c.flops / 1e9:.3f}", f"{c.transcendentals / 1e6:.2f}")
     if sources:  # the roofline floor's figures: the task's own cost model, torch's FLOP counter, or bytes only
-        table.caption = "cost model: " + "; ".join(sources)
+        from ksearch.tasks.definition import join_cost_sources
+
+        table.caption = "cost model: " + join_cost_sources(sources)
     console.print(table)
 
 

@@ -62,7 +62,9 @@ def floor_sources(rows) -> str | None:
     FLOP counter on the reference, or bytes only), each source once; None where no row has a floor. ``rows``:
     anything with a ``floor_source`` (WorkloadTimes, WorkloadResult)."""
     sources = list(dict.fromkeys(r.floor_source for r in rows if getattr(r, "floor_source", None)))
-    return "floor from: " + "; ".join(sources) + " (bytes: the cost model's, else inputs + outputs by their " \
+    from ksearch.tasks.definition import join_cost_sources
+
+    return "floor from: " + join_cost_sources(sources) + " (bytes: the cost model's, else inputs + outputs by their " \
         "shapes)" if sources else None
 
 

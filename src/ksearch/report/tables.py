@@ -46,7 +46,9 @@ def evaluation_table(ev: Evaluation, title: str = "") -> Table:
         captions.append("over the timed workloads: " + "; ".join(f"vs {p.role} {paired_text(p)}" for p in ev.paired))
     sources = list(dict.fromkeys(r.floor_source for r in ev.workloads if r.floor_source))
     if sources:  # the task's cost model, torch's FLOP counter on the reference, or bytes only
-        captions.append("floor from: " + "; ".join(sources))
+        from ksearch.tasks.definition import join_cost_sources
+
+        captions.append("floor from: " + join_cost_sources(sources))
     table.caption = "\n".join(captions) or None
     return table
 

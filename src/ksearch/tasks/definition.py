@@ -397,6 +397,14 @@ COST_ANNOTATION = "annotation: the task's cost model"
 COST_BYTES_ONLY = "bytes only"
 
 
+def join_cost_sources(sources: list[str], most: int = 3) -> str:
+    """Distinct `WorkloadCost.source` texts joined for a caption: the first ``most``, then how many more (a
+    reason naming each workload, such as a missing blob, would otherwise print once per workload)."""
+    sources = list(dict.fromkeys(sources))
+    more = len(sources) - most
+    return "; ".join(sources[:most]) + (f"; and {more} more (one per workload)" if more > 0 else "")
+
+
 class WorkloadCost(BaseModel):
     """What one call of a workload must do: ``bytes`` moved, ``flops``, ``transcendentals`` (counts); ``flops_on``:
     the ``peak_flops`` key of the units the FLOPs can run on (CostModel); ``source``: where the figures come from
