@@ -121,6 +121,8 @@ def test_a_hanging_or_exiting_reference_gives_bytes_only_with_the_reason(monkeyp
     assert cost.flops == 0 and "did not finish in 0.3 s" in cost.source
     again = count_flops(hang, Workload(axes={"M": 7, "K": 5}))  # another shape: not 0.3 s again
     assert again.flops is None and "did not finish" in again.note
+    loads = _definition("while True:\n    pass\ndef run(a, b):\n    return a @ b\n")
+    assert "did not load in 0.3 s" in count_flops(loads, Workload(axes={"M": 4, "K": 5})).note
     leave = _definition("import sys\ndef run(a, b):\n    sys.exit(3)\n")
     assert "SystemExit" in leave.cost_of(Workload(axes={"M": 4, "K": 5})).source
 

@@ -96,8 +96,14 @@ def _count(definition: Definition, workload: Workload, values: dict[str, int]) -
     from ksearch.tasks.reference import reference_function
 
     on = flops_on(definition)
+    if definition.reference in _TIMED_OUT:  # once per reference, not COUNT_SECONDS for every workload
+        return FlopCount(None, on, note=_TIMED_OUT[definition.reference])
     try:
-        run = reference_function(definition)
+        with time_limit(COUNT_SECONDS):
+            run = reference_function(definition)
+    except TimeUp:
+        note = _TIMED_OUT[definition.reference] = f"the reference did not load in {COUNT_SECONDS:g} s"
+        return FlopCount(None, on, note=note)
     except (Exception, SystemExit) as e:  # a reference that does not load: the check will say so; bytes only
         return FlopCount(None, on, note=f"the reference does not load: {e}")
 
@@ -107,8 +113,6 @@ def _count(definition: Definition, workload: Workload, values: dict[str, int]) -
             run(**args)
         return float(counter.get_total_flops())
 
-    if definition.reference in _TIMED_OUT:  # once per reference, not COUNT_SECONDS for every workload
-        return FlopCount(None, on, note=_TIMED_OUT[definition.reference])
     try:
         with time_limit(COUNT_SECONDS):
             return FlopCount(counted(_meta_args(definition, workload, values)), on, "meta")
