@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import signal
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -156,13 +157,14 @@ def time_limit(seconds: float):
 
     previous = signal.signal(signal.SIGALRM, up)
     old = signal.setitimer(signal.ITIMER_REAL, seconds)
+    start = time.monotonic()
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-        if old[0]:
-            signal.setitimer(signal.ITIMER_REAL, *old)
+        if old[0]:  # a timer set before (pytest-timeout's): re-armed with what it had left
+            signal.setitimer(signal.ITIMER_REAL, max(old[0] - (time.monotonic() - start), 1e-3), old[1])
 
 
 def _meta_args(definition: Definition, workload: Workload, values: dict[str, int]) -> dict:
