@@ -272,3 +272,20 @@ def test_the_probe_keeps_shapes_not_every_workloads_data():
         load_task(GPUMODE / "vectoradd_py")
     data_all, out_all, _, _, device = seen["r"]
     assert device == "cpu" and all(p.is_meta for row in data_all + out_all for p in row)
+
+
+def test_a_reference_py_that_never_finishes_importing_or_exits_is_a_task_error(tmp_path, monkeypatch):
+    import ksearch.tasks.gpumode as gm
+
+    monkeypatch.setattr(gm, "PROBE_SECONDS", 0.3)
+    for top, words in (("while True:\n    pass\n", "does not finish importing in 0.3 s"),
+                       ("import sys\nsys.exit(6)\n", "does not import: SystemExit: 6")):
+        folder = tmp_path / f"p{len(top)}_py"
+        folder.mkdir()
+        (folder / "task.yml").write_text('files:\n  - {"name": "reference.py", "source": "reference.py"}\n'
+                                         'tests:\n  - {"size": 4, "seed": 1}\n')
+        (folder / "reference.py").write_text(top + "def generate_input(size, seed):\n    return None\n\n"
+                                             "def ref_kernel(data):\n    return data\n\n"
+                                             "def check_implementation(data, output):\n    return True\n")
+        with pytest.raises(TaskError, match=words):
+            load_task(folder)

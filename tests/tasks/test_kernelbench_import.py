@@ -250,3 +250,13 @@ def test_a_huge_problem_that_cannot_run_on_meta_is_refused_not_built_on_the_cpu(
                         "def get_init_inputs():\n    return []\n")
     with pytest.raises(TaskError, match=r"item\(\) cannot be called on meta.*32768 MiB, over the 1024 MiB.*shrink"):
         load_task(f)
+
+
+def test_a_problem_whose_top_level_never_finishes_or_exits_is_a_task_error(tmp_path, monkeypatch):
+    import ksearch.tasks.kernelbench as kb
+
+    monkeypatch.setattr(kb, "LOAD_SECONDS", 0.3)
+    with pytest.raises(TaskError, match=r"does not finish running its top level in 0.3 s"):
+        load_task(write(tmp_path, "while True:\n    pass\n\nclass Model:\n    pass\n"))
+    with pytest.raises(TaskError, match=r"does not run: SystemExit: 5"):
+        load_task(write(tmp_path, "import sys\nsys.exit(5)\n\nclass Model:\n    pass\n"))

@@ -315,10 +315,15 @@ def load_gpumode(path: Path, workloads: Path | None = None) -> Task:
                         "(CPU build)") from None
     bundle = _BUNDLE.format(sources=modules)
     ns: dict = {"__name__": "ksearch_gpumode"}
+    from ksearch.tasks.flops import TimeUp, time_limit
+
     try:
-        exec(compile(bundle, origin, "exec"), ns)  # noqa: S102 - task code, trusted as a reference is
-        ref = ns["_ksearch_reference"]()
-    except Exception as e:
+        with time_limit(PROBE_SECONDS):
+            exec(compile(bundle, origin, "exec"), ns)  # noqa: S102 - task code, trusted as a reference is
+            ref = ns["_ksearch_reference"]()
+    except TimeUp:
+        raise TaskError(f"{origin}: reference.py does not finish importing in {PROBE_SECONDS:g} s") from None
+    except (Exception, SystemExit) as e:
         raise TaskError(f"{origin}: reference.py does not import: {type(e).__name__}: {e}") from None
     missing = [f for f in ("generate_input", "ref_kernel", "check_implementation") if not callable(getattr(ref, f, None))]
     if missing:

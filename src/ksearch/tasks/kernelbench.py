@@ -176,9 +176,14 @@ def _run_problem(source: str, origin: str) -> dict:
     except ImportError:
         raise TaskError(f"{origin}: KernelBench problems need PyTorch; install it with `pip install torch==2.13.0` "
                         "(CPU build)") from None
+    from ksearch.tasks.flops import TimeUp, time_limit
+
     namespace: dict = {"__name__": "kernelbench_problem"}
     try:
-        exec(compile(source, origin, "exec"), namespace)  # noqa: S102 - a task file, trusted as a reference is
+        with time_limit(LOAD_SECONDS):
+            exec(compile(source, origin, "exec"), namespace)  # noqa: S102 - a task file, trusted as a reference is
+    except TimeUp:
+        raise TaskError(f"{origin} does not finish running its top level in {LOAD_SECONDS:g} s") from None
     except (Exception, SystemExit) as e:
         raise TaskError(f"{origin} does not run: {type(e).__name__}: {e}") from None
     missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not callable(namespace.get(n))]
