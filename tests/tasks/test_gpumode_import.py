@@ -289,3 +289,25 @@ def test_a_reference_py_that_never_finishes_importing_or_exits_is_a_task_error(t
                                              "def check_implementation(data, output):\n    return True\n")
         with pytest.raises(TaskError, match=words):
             load_task(folder)
+
+
+def test_sys_exit_in_generate_input_or_the_check_is_a_task_error_or_a_failed_check(tmp_path):
+    """Either ended `ksearch eval` with the problem's exit status and no message."""
+    from ksearch.tasks.generated import run_checker
+
+    folder = tmp_path / "exits_py"
+    folder.mkdir()
+    (folder / "task.yml").write_text('files:\n  - {"name": "reference.py", "source": "reference.py"}\n'
+                                     'tests:\n  - {"size": 4, "seed": 1}\n')
+    ref = ("import sys\nimport torch\n\ndef generate_input(size, seed):\n    GEN\n\n"
+           "def ref_kernel(data):\n    return data * 2\n\n"
+           "def check_implementation(data, output):\n    sys.exit(7)\n")
+    (folder / "reference.py").write_text(ref.replace("GEN", "sys.exit(8)"))
+    with pytest.raises(TaskError, match="generate_input.*raised SystemExit: 8"):
+        load_task(folder)
+    (folder / "reference.py").write_text(ref.replace("GEN", "return torch.ones(size)"))
+    task = load_task(folder)
+    x = np.ones(4, np.float32)
+    ok, why = run_checker(task.definition, {n: x for n in task.definition.inputs},
+                          {n: 2 * x for n in task.definition.outputs})
+    assert not ok and "SystemExit: 7" in why

@@ -30,7 +30,7 @@ def _entry(definition: Definition, source: str, func: str, what: str):
         namespace: dict = {"__name__": f"ksearch_{what.replace(' ', '_')}"}
         try:
             exec(compile(source, f"<{what} of {definition.name}>", "exec"), namespace)  # noqa: S102 - trusted task code
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             raise TaskError(f"the {what} of {definition.name!r} does not load: {type(e).__name__}: {e}") from None
         _NAMESPACES[source] = namespace
     fn = _NAMESPACES[source].get(func)
@@ -76,7 +76,7 @@ def generate_inputs(definition: Definition, workload: Workload, seed: int) -> di
     generate = _entry(definition, definition.input_generator or "", "generate", "input generator")
     try:
         values = generate(seed, **axes)
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         raise TaskError(f"the input generator of {definition.name!r} failed on workload {workload.label!r}: "
                         f"{type(e).__name__}: {e}") from None
     if not isinstance(values, dict):
@@ -133,7 +133,7 @@ def run_checker(definition: Definition, inputs: dict, outputs: dict[str, np.ndar
         conv = {k: (np.array(v, copy=True) if isinstance(v, np.ndarray) else v) for k, v in {**inputs, **outputs}.items()}
     try:
         result = check({k: conv[k] for k in inputs}, {k: conv[k] for k in outputs})
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         return False, f"the task's check raised {type(e).__name__}: {e}"
     return verdict(result)
 

@@ -225,7 +225,7 @@ def _probe(ns: dict, origin: str, rows) -> tuple[list, list, bool, bool, str]:
         except TimeUp:
             raise TaskError(f"{origin}: generate_input({sizes}, seed={seed}) for {name} did not finish in "
                             f"{PROBE_SECONDS:g} s") from None
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             torch_device = "cuda"  # torch's device, named in the problem's own error (not a ksearch target)
             hint = "" if torch.cuda.is_available() or torch_device not in str(e).lower() else \
                 " (the problem allocates on CUDA, which this torch cannot reach: load it where a CUDA build of torch sees a GPU)"
@@ -242,14 +242,14 @@ def _probe(ns: dict, origin: str, rows) -> tuple[list, list, bool, bool, str]:
                 out = ref.ref_kernel(tuple(meta) if isinstance(data, (tuple, list)) else meta[0])
         except TimeUp:
             raise TaskError(f"{origin}: ref_kernel on {name} did not finish in {PROBE_SECONDS:g} s") from None
-        except Exception:
+        except (Exception, SystemExit):
             try:
                 copies = [p.clone() if hasattr(p, "clone") else p for p in parts]
                 with time_limit(PROBE_SECONDS):
                     out = ref.ref_kernel(tuple(copies) if isinstance(data, (tuple, list)) else copies[0])
             except TimeUp:
                 raise TaskError(f"{origin}: ref_kernel on {name} did not finish in {PROBE_SECONDS:g} s") from None
-            except Exception as e:
+            except (Exception, SystemExit) as e:
                 raise TaskError(f"{origin}: ref_kernel on {name} raised {type(e).__name__}: {e}") from None
             del copies
         out_tuple = isinstance(out, (tuple, list))
