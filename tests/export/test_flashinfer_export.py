@@ -151,3 +151,13 @@ def test_flashinfer_benchs_python_builder_imports_and_calls_the_solution(tmp_pat
     out = torch.empty(3, 4096, dtype=torch.bfloat16)
     runnable.call_destination_passing(x, w, out)
     torch.testing.assert_close(out.float(), ns["run"](x, w).float(), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("field,value", [("name", "../../evil"), ("op_type", ".."), ("op_type", "a/b")])
+def test_a_definition_name_or_op_type_that_is_a_path_writes_nothing_outside(field, value, tmp_path):
+    """A definition from a downloaded dataset named ``../../evil`` wrote its Solution two levels above --out."""
+    task = load_task(RMSNORM)
+    bad = task.definition.model_copy(update={field: value})
+    with pytest.raises(ExportError, match=f"the definition's {field} .* is not one path component"):
+        export_candidate(candidate(), bad, tmp_path / "out" / "fib", {}, "flashinfer-bench", task.workloads)
+    assert not any(p.is_file() for p in tmp_path.rglob("*"))

@@ -101,6 +101,10 @@ def write(candidate: Candidate, definition: Definition, out: Path, provenance: d
     returns the Solution's path. Raises ExportError (see `solution`; a path that cannot be written)."""
     sol = solution(candidate, definition, provenance)
     op = definition.op_type or "op"
+    for what, part in (("op_type", op), ("name", definition.name)):
+        if part in (".", "..") or "/" in part or "\\" in part or "\0" in part:
+            raise ExportError(f"the definition's {what} {part!r} is not one path component: its files would be "
+                              f"written outside {out}")
     path = write_text(Path(out) / "solutions" / op / definition.name / f"{sol['name']}.json",
                       json.dumps(sol, indent=2) + "\n")
     records = traces(definition, workloads or [], final, sol["name"])
