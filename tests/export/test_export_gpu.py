@@ -15,7 +15,6 @@ Not yet run on a GPU (the session that wrote them had no device time left): docs
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 
 import pytest
@@ -76,15 +75,13 @@ def test_flashinfer_benchs_builder_runs_the_exported_solution(tmp_path):
     fib = pytest.importorskip("flashinfer_bench.data", reason="pip install --no-deps flashinfer-bench==0.1.2")
     from flashinfer_bench.compile.registry import BuilderRegistry
 
-    from tests.export.test_flashinfer_export import RMSNORM, TRITON
+    from tests.export.test_flashinfer_export import RMSNORM, TRITON, fib_definition
 
     task = load_task(RMSNORM)
     path = export_candidate(Candidate(target="triton", sources={"kernel.py": TRITON}), task.definition,
                             tmp_path / "fib", {}, "flashinfer-bench")
     sol = fib.Solution.model_validate_json(path.read_text())
-    # the fixture is flashinfer-bench's format, but its "constraints": null is refused by 0.1.2's Definition
-    definition = fib.Definition.model_validate({k: v for k, v in json.loads(RMSNORM.read_text()).items()
-                                                if v is not None})
+    definition = fib_definition(fib)
     runnable = BuilderRegistry.get_instance().build(definition, sol)
     ns: dict = {}
     exec(compile(definition.reference, "reference", "exec"), ns)
