@@ -23,6 +23,7 @@ from ksearch.tasks import load_task  # noqa: E402
 from ksearch.tasks.flops import SOURCE  # noqa: E402
 from ksearch.tasks.importers import write_task_dir  # noqa: E402
 from ksearch.tasks.own_reference import REFERENCE_BASELINE  # noqa: E402
+from tests.tasks.test_kernelbench_import import PROBLEMS  # noqa: E402
 
 GEMM = Path(__file__).resolve().parents[1] / "fixtures" / "kernelbench" / "level1" / \
     "2_Standard_matrix_multiplication_.py"
@@ -31,15 +32,7 @@ QUICK = TimingPlan(warmup=1, min_repeats=3, max_repeats=5, min_time_s=0.0, max_t
                    max_rounds=4)
 SPEC = HardwareSpec(name="test-cpu", kind="cpu", cores=2, threads=2, simd_width=8, memory_bandwidth_gbs=20.0,
                     peak_flops={"float32": 1e11}, exp_rate_per_s=1e9, source="hand-made for tests")
-NAIVE = """#include <stdint.h>
-void run(const float *A, const float *B, float *output, int64_t M, int64_t K, int64_t N) {
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++) {
-            float acc = 0.0f;
-            for (int64_t k = 0; k < K; k++) acc += A[i * K + k] * B[k * N + j];
-            output[i * N + j] = acc;
-        }
-}"""
+NAIVE = PROBLEMS["level1/2_Standard_matrix_multiplication_.py"][1]  # the same naive GEMM the import tests judge
 
 
 def test_an_outside_torch_task_gets_its_reference_as_a_baseline_and_built_ins_do_not():
