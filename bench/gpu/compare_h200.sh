@@ -1,10 +1,11 @@
 #!/bin/bash
 # Issue 22 on the H200: `ksearch compare selective-scan-fp16 --target cuda --budget 40`, the three strategies with
-# the offline patterns proposer, one repeat each, on tiny,odd,mamba370m-L2048 (~12 s an evaluation there, the
-# naive kernel and each run's final table included: ~25 min, more than one device call and likely more than one
-# session's device time; on every bench workload an evaluation took ~25 s). Resumable across calls: the compare's
-# home (/tmp/khc) is kept while the machine stays warm, and each call brings it back as compare-state.tar.gz;
-# copied to .device/compare-state.tar.gz here and carried, a fresh machine (or a later session) goes on from it.
+# the offline patterns proposer, one repeat each, on tiny,odd,mamba370m-L2048 (15-16 s an evaluation on an H100,
+# the naive kernel and each run's final table included: 234 and 258 s for runs of 16; so ~30 min at 40, more
+# than one device call and likely more than one session's device time; on every bench workload an evaluation
+# took ~26 s: 21 in 540 s). Resumable across calls: the compare's home (/tmp/khc) is kept while the machine
+# stays warm, and each call brings it back as compare-state.tar.gz; copied to .device/compare-state.tar.gz here
+# and carried, a fresh machine (or a later session) goes on from it.
 # Carries .device/wheels (what the image lacks: pydantic & co., pyelftools).
 #   bash bench/gpu/compare_h200.sh        (repeat until it prints EXIT 0)
 set -u
