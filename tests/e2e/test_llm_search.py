@@ -230,3 +230,41 @@ def test_a_model_that_never_gives_usable_edits_ends_saying_nothing_was_judged(tm
     text = " ".join(r.output.split())
     assert "no candidate was judged: the proposer gave none to judge (its calls: ksearch show" in text
     assert "no candidate beat" not in text
+
+
+def test_an_endpoint_that_trickles_is_cut_at_the_llm_timeout_and_the_run_stops_resumably(tmp_path, monkeypatch):
+    """An endpoint writing one byte a second held a call 200 s against --llm-timeout 20 (the SDK's timeout is per
+    read) and nothing was said meanwhile. Each attempt is cut at --llm-timeout, the run stops with exit 3 (resumable)
+    and the call is in the run's log, announced as it started."""
+    import time
+
+    from ksearch.llm import client as llm_client
+
+    from ..llm.fakes import Trickle
+
+    init = llm_client.LLMClient.__init__  # one retry, no backoff: the test is about each attempt's deadline
+    monkeypatch.setattr(llm_client.LLMClient, "__init__",
+                        lambda self, backend, **kw: init(self, backend, **{**kw, "retries": 1,
+                                                                           "sleep": lambda s: None}))
+    from ksearch.targets import get_target
+
+    from ..targets.test_null import SPEC
+
+    monkeypatch.setattr(type(get_target("null")), "hardware_spec", lambda self: SPEC)  # no probing of this machine
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    with ScriptedOpenAIServer([], default=Trickle(interval=1.0)) as srv:
+        t0 = time.monotonic()
+        r = runner.invoke(app, ["run", "selective-scan", "-w", "tiny", "--budget", "2", "--json", "--target", "null",
+                                "--model", "gpt-4o-mini", "--base-url", srv.base_url, "--llm-timeout", "2"])
+        took = time.monotonic() - t0
+    assert r.exit_code == 3, r.output
+    stopped = json.loads(r.output[r.output.index("{"):])
+    assert stopped["status"] == "stopped" and "no complete reply within 2 s" in stopped["reason"]
+    assert took < 30, took  # the naive kernel, then two attempts of 2 s; not minutes of trickle
+    store = open_run(stopped["run_id"])
+    try:
+        calls = store.llm_calls()
+    finally:
+        store.close()
+    assert len(calls) == 1 and calls[0].purpose == "plan:initial" and calls[0].attempts == 2
+    assert "no complete reply within 2 s" in calls[0].error

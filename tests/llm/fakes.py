@@ -11,6 +11,8 @@ Script steps (the servers take all of them; `scripted_command` and `ScriptedBack
   provider's error body (and a Retry-After header when ``retry_after`` is given);
 - ``Hang(seconds)``: answer nothing for that long (past the client's timeout), then a 500;
 - ``Garbage()``: HTTP 200 whose body is not JSON.
+- ``Trickle(interval=1.0, headers=False)``: a good answer sent one byte every ``interval`` seconds (its headers at
+  once, or trickled too with ``headers=True``): each read gets a byte in time, the whole takes minutes.
 
 When a server's script runs out it answers ``default`` when one was given (repeated forever), else HTTP 500
 with the message "script exhausted" (so a test that asks once too often sees a failure, not a hang).
@@ -80,6 +82,13 @@ class Garbage:
 
 
 @dataclass(frozen=True)
+class Trickle:
+    text: str = "a reply that takes its time"
+    interval: float = 1.0
+    headers: bool = False
+
+
+@dataclass(frozen=True)
 class Fail:
     """`scripted_command`: exit with ``code`` after writing ``stderr``."""
 
@@ -112,6 +121,8 @@ class _ScriptedServer:
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._count = 0
+        self.trickled = 0  # bytes a Trickle step has sent
+        self.hung_up = 0  # Trickle steps whose client closed the connection
 
     # lifecycle
     def __enter__(self):
@@ -202,6 +213,9 @@ class _ScriptedServer:
             return self._send(h, 500, self._error_body(500, "scripted server: hung"))
         if isinstance(step, Garbage):
             return self._send_raw(h, 200, step.body.encode(), step.content_type)
+        if isinstance(step, Trickle):
+            return self._trickle(h, step, json.dumps(self._reply_body(n, model, step.text, 11, 7,
+                                                                      self.stop_reason)).encode())
         raise TypeError(f"unknown script step {step!r}")
 
     def _send(self, h, code: int, body: dict, headers: dict | None = None) -> None:
@@ -220,6 +234,25 @@ class _ScriptedServer:
             h.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a Hang past its timeout)
+
+    def _trickle(self, h, step: Trickle, body: bytes) -> None:
+        head = (f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+                ).encode()
+        data = head + body if step.headers else body
+        try:
+            if not step.headers:
+                h.wfile.write(head)
+                h.wfile.flush()
+            for i in range(len(data)):
+                if self._stopping.wait(step.interval):
+                    return
+                h.wfile.write(data[i:i + 1])
+                h.wfile.flush()
+                with self._lock:
+                    self.trickled += 1
+        except (BrokenPipeError, ConnectionResetError):
+            with self._lock:
+                self.hung_up += 1  # the client closed the connection: what a cut call must do
 
     def _reply_body(self, n, model, text, inp, out, finish) -> dict:
         raise NotImplementedError

@@ -367,3 +367,58 @@ def test_no_record_or_error_contains_the_api_key(server, backend, model):
         with pytest.raises(LLMError) as ei:
             backend(srv.base_url, KEY).complete(MSGS, model=model, max_tokens=5, temperature=0, timeout_s=5)
     assert "HTTP 401" in str(ei.value) and KEY not in str(ei.value) and ei.value.__cause__ is None
+
+
+# -- the whole call bounded ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("headers", [False, True], ids=["body", "headers"])
+def test_an_endpoint_that_trickles_is_cut_at_the_timeout_not_per_read(headers):
+    """A server writing one byte a second answers every read in time: the SDKs' per-read timeouts held such a call
+    200 s against a 20 s --llm-timeout. Each attempt ends at the timeout (body or headers trickled), its connection
+    closed, and every attempt is announced as it starts. (The anthropic backend is cut the same way: `bounded` and
+    its ``abort`` are the openai backend's; its SDK takes ~5 s to import here.)"""
+    import time
+
+    from tests.llm.fakes import Trickle
+
+    started, records = [], []
+    with ScriptedOpenAIServer([], default=Trickle(interval=0.5, headers=headers)) as srv:
+        client, _ = make([], records, backend=OpenAIBackend(srv.base_url, KEY), timeout_s=1.0, retries=1,
+                         on_start=started.append)
+        t0 = time.monotonic()
+        with pytest.raises(LLMUnavailable, match="no complete reply within 1 s"):
+            client.ask("planner", "plan:refine", MSGS, model="gpt-4o")
+        took = time.monotonic() - t0
+        deadline = time.monotonic() + 3
+        while srv.hung_up < 1 and time.monotonic() < deadline:  # the cut connection is closed, not left trickling
+            time.sleep(0.05)
+        assert srv.hung_up >= 1
+    assert 2.0 <= took < 3.5  # two attempts of 1 s (no backoff here), not the minutes the body would take
+    assert len(started) == 2 and "plan:refine" in started[0] and "attempt 2" in started[1]
+    assert len(records) == 1 and records[0].attempts == 2 and "no complete reply" in records[0].error
+
+
+def test_a_backend_that_bounds_its_own_call_is_not_put_in_a_thread():
+    """The command and queue backends end their calls themselves (a killed program, a file wait): their timeout
+    message is theirs, and their errors arrive as they raise them."""
+    from ksearch.llm.backends import CommandBackend, QueueBackend
+    from ksearch.llm.client import bounded
+
+    assert CommandBackend.bounds_total_time and QueueBackend.bounds_total_time
+    backend = ScriptedBackend([TransientLLMError("queue: no reply in x.reply.md within 0.1 s")])
+    backend.bounds_total_time = True
+    with pytest.raises(TransientLLMError, match="queue: no reply"):
+        bounded(backend, MSGS, model="m", max_tokens=5, temperature=0, timeout_s=0.1)
+    threaded = ScriptedBackend([LLMError("HTTP 401"), "ok"])
+    with pytest.raises(LLMError, match="HTTP 401"):  # an error in the helper thread is raised in the caller's
+        bounded(threaded, MSGS, model="m", max_tokens=5, temperature=0, timeout_s=5)
+    token = call_purpose.set("code:debug")
+    try:  # the call's purpose reaches a backend in the helper thread
+        seen = []
+        probe = ScriptedBackend(["ok"])
+        probe.complete = lambda *a, **k: seen.append(call_purpose.get()) or reply()
+        bounded(probe, MSGS, model="m", max_tokens=5, temperature=0, timeout_s=5)
+    finally:
+        call_purpose.reset(token)
+    assert seen == ["code:debug"]

@@ -148,6 +148,52 @@ def test_an_llm_stop_during_refinement_keeps_the_measurement(tmp_path):
     assert again.evaluations == 6
 
 
+def test_a_refinement_the_model_failed_is_asked_again_on_resume(tmp_path):
+    """A 401 (or a timeout) during the planner's refine dropped that refinement: the resumed run never asked again.
+    It is kept pending in the run's state and asked for first on resume, with the node's stored evaluation; a second
+    failure keeps it pending."""
+    from ksearch.errors import LLMError
+
+    c = make(tmp_path, budget=6)
+    c.start()
+    real = c.proposer.refine
+    failed = []
+
+    def refine(tree, node_id, state, evaluation=None):
+        if len(failed) == 0 and state.evaluations == 2:
+            failed.append(node_id)
+            raise LLMError("openai: HTTP 401: invalid api key")
+        return real(tree, node_id, state, evaluation)
+
+    c.proposer.refine = refine
+    with pytest.raises(LLMError):
+        c.run()
+    assert c.evaluations == 2 and c.state.refine_pending == (failed[0],)
+    asked = []
+
+    def refuse(tree, node_id, state, evaluation=None):
+        asked.append((node_id, evaluation))
+        raise LLMError("openai: HTTP 401: invalid api key")
+
+    store = Store(tmp_path / "run.sqlite")
+    again = Controller(store, TASK, c.evaluator, PatternsProposer(TASK, "cpu", None), c.cfg)
+    again.start()
+    assert again.state.refine_pending == (failed[0],)  # saved with the step
+    again.proposer.refine = refuse
+    with pytest.raises(LLMError):
+        again.run()
+    assert again.evaluations == 2 and [a[0] for a in asked] == failed and asked[0][1].status is Status.PASSED
+    third = Controller(Store(tmp_path / "run.sqlite"), TASK, c.evaluator, PatternsProposer(TASK, "cpu", None), c.cfg)
+    third.start()
+    assert third.state.refine_pending == (failed[0],)  # still pending after the second failure
+    seen = []
+    fine = third.proposer.refine
+    third.proposer.refine = lambda tree, node_id, state, evaluation=None: seen.append(node_id) or fine(
+        tree, node_id, state, evaluation)
+    third.run()
+    assert seen[0] == failed[0] and third.evaluations == 6 and third.state.refine_pending == ()
+
+
 def test_a_stop_while_building_the_first_tree_does_not_measure_the_naive_kernel_again(tmp_path):
     """The llm proposer stopped at its first question (plan:initial: a limit, a dead endpoint, Ctrl-C): resume
     measured the naive kernel again, so the first prompt (which quotes its times) changed and the answer paid

@@ -176,6 +176,13 @@ def _fixed_temperature(model: str) -> bool:
     return bool(re.match(r"(o\d|gpt-5)", bare))
 
 
+def _swap_client(backend) -> None:
+    """A new SDK client for ``backend`` and the old one closed: a call cut at its deadline (in another thread, whose
+    socket the close ends) leaves no connection behind, and the next call does not queue behind it."""
+    old, backend._client = backend._client, backend._new_client()
+    old.close()
+
+
 class OpenAIBackend:
     """An OpenAI-compatible chat-completions endpoint. ``base_url``: None for OpenAI's API, else e.g.
     ``http://localhost:8000/v1`` (vLLM), ``http://localhost:11434/v1`` (Ollama),
@@ -192,10 +199,16 @@ class OpenAIBackend:
         # OpenAI's own API wants max_completion_tokens (its reasoning models refuse max_tokens); compatible
         # servers (vLLM, Ollama, llama.cpp, Gemini, OpenRouter) all know max_tokens
         self._completion_tokens_param = "max_completion_tokens" if _is_openai_api(base_url) else "max_tokens"
+        self._new_client = lambda: openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
         try:
-            self._client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+            self._client = self._new_client()
         except openai.OpenAIError as e:
             raise ConfigError(self.redact(f"openai backend: {e}")) from None
+
+    def abort(self) -> None:
+        """Close the connections of a call cut at its deadline (`ksearch.llm.client.bounded`); the next call gets
+        a new client."""
+        _swap_client(self)
 
     def __repr__(self) -> str:
         return f"OpenAIBackend(base_url={self.base_url!r})"
@@ -251,10 +264,15 @@ class AnthropicBackend:
         self.base_url = base_url
         self._sdk = anthropic
         self.redact = _Redactor(api_key)
+        self._new_client = lambda: anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0)
         try:
-            self._client = anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0)
+            self._client = self._new_client()
         except anthropic.AnthropicError as e:
             raise ConfigError(self.redact(f"anthropic backend: {e}")) from None
+
+    def abort(self) -> None:
+        """As `OpenAIBackend.abort`."""
+        _swap_client(self)
 
     def __repr__(self) -> str:
         return f"AnthropicBackend(base_url={self.base_url!r})"
@@ -306,6 +324,8 @@ class CommandBackend:
     else tiktoken or an estimate; --max-tokens binds; --max-cost only with a priced --model)."""
 
     name = "command"
+    #: its ``timeout_s`` covers the whole call (the program is killed at it): `ksearch.llm.client.bounded`
+    bounds_total_time = True
 
     def __init__(self, command: str):
         try:
@@ -389,6 +409,8 @@ class QueueBackend:
     """
 
     name = "queue"
+    #: its wait covers the whole call: `ksearch.llm.client.bounded`
+    bounds_total_time = True
 
     def __init__(self, directory: str | os.PathLike, *, poll_s: float = 0.5, wait_s: float | None = None,
                  sleep=time.sleep, clock=time.monotonic):

@@ -7,7 +7,10 @@ the run's budget, the call log and the replay of recorded answers.
    and recorded again with ``replayed=True`` (a resumed run asking the same question pays nothing).
 2. Budget: when the run's `Budget` is spent, `LLMBudgetExhausted` before anything is sent. A call that
    crosses the limit is let through; the next ``ask`` refuses.
-3. Attempts: a `TransientLLMError` (429, 5xx, timeout...) is retried up to ``retries`` times, waiting an
+3. Attempts: each one is bounded by ``timeout_s`` in all, connect, first byte and the whole body together (an
+   HTTP SDK's own timeout is per read: an endpoint that trickles a byte at a time would hold it without end),
+   and said as it starts (``on_start``, and the ``ksearch.llm`` logger). A `TransientLLMError` (429, 5xx,
+   timeout...) is retried up to ``retries`` times, waiting an
    exponential backoff with jitter, at least the server's Retry-After; when the endpoint stays down the call
    is recorded with its error and `LLMUnavailable` raised (the run stops cleanly, resumable). Any other
    `LLMError` is recorded and raised at once.
@@ -24,7 +27,10 @@ The record never holds the API key: the client has none, and backends take it ou
 
 from __future__ import annotations
 
+import contextvars
+import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable
 
@@ -42,6 +48,52 @@ from ksearch.llm.tokens import CHARS_PER_TOKEN, TokenCounter, count_usage, count
 #: max_tokens) is cut there and flagged truncated, so the run store, the candidates and later prompts stay small.
 REPLY_CHARS_PER_TOKEN = 16
 MIN_REPLY_CHARS = 65_536
+
+log = logging.getLogger("ksearch.llm")
+
+
+def bounded(backend: Backend, messages: list[Message], *, model: str, max_tokens: int, temperature: float,
+            timeout_s: float) -> LLMReply:
+    """``backend.complete(...)``, ended after ``timeout_s`` seconds of wall-clock time in all (connect, first
+    byte and the whole body), whatever the backend's own timeout measures.
+
+    A backend whose ``bounds_total_time`` is true (command, queue: a process or a file wait it ends itself) is
+    called as it is. Any other runs in a helper thread that this one waits for; past the deadline the backend's
+    ``abort()`` (when it has one) closes its connections, the helper is left to end on its own (a daemon thread:
+    its late answer is dropped) and `TransientLLMError` is raised, so the client retries or gives up as for any
+    timeout.
+
+    Raises:
+        TransientLLMError: no complete reply within ``timeout_s``; else what ``complete`` raises.
+    """
+    kwargs = {"model": model, "max_tokens": max_tokens, "temperature": temperature, "timeout_s": timeout_s}
+    if getattr(backend, "bounds_total_time", False):
+        return backend.complete(messages, **kwargs)
+    box: dict = {}
+    done = threading.Event()
+    context = contextvars.copy_context()  # call_purpose and the like, as the caller set them
+
+    def attempt() -> None:
+        try:
+            box["reply"] = context.run(backend.complete, messages, **kwargs)
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread, raised there
+            box["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=attempt, name=f"ksearch-llm-{backend.name}", daemon=True).start()
+    if not done.wait(timeout_s):
+        abort = getattr(backend, "abort", None)
+        if callable(abort):
+            try:
+                abort()
+            except Exception:  # noqa: BLE001 - a failed close leaves a daemon thread that ends with the process
+                log.debug("llm: closing the %s backend's connections failed", backend.name, exc_info=True)
+        raise TransientLLMError(f"{backend.name}: no complete reply within {timeout_s:g} s (the whole call: "
+                                "connect, first byte and body)")
+    if "error" in box:
+        raise box["error"]
+    return box["reply"]
 
 
 def reply_limit(max_tokens: int) -> int:
@@ -125,8 +177,9 @@ class LLMClient:
                  max_backoff_s: float = 30.0, timeout_s: float = 120.0, temperature: float = 0.2,
                  sleep: Callable[[float], object] = time.sleep, clock: Callable[[], float] = time.monotonic,
                  rng: random.Random | None = None, max_retry_after_s: float = 300.0,
-                 tokenizer: TokenCounter | None = None):
+                 tokenizer: TokenCounter | None = None, on_start: Callable[[str], object] | None = None):
         self.backend = backend
+        self.on_start = on_start
         self.tokenizer = tokenizer if tokenizer is not None else counter_for(config.tokenizer_setting())
         self.prices = prices if prices is not None else Prices.load()
         self.budget = budget if budget is not None else Budget()
@@ -182,9 +235,10 @@ class LLMClient:
             while True:
                 attempts += 1
                 t0 = self.clock()
+                self._started(role, purpose, model, attempts)
                 try:
-                    reply = self.backend.complete(messages, model=model, max_tokens=max_tokens,
-                                                  temperature=self.temperature, timeout_s=self.timeout_s)
+                    reply = bounded(self.backend, messages, model=model, max_tokens=max_tokens,
+                                    temperature=self.temperature, timeout_s=self.timeout_s)
                 except TransientLLMError as e:
                     last = e
                     wait = self._wait(attempts, e.retry_after_s) if attempts <= self.retries else None
@@ -235,6 +289,13 @@ class LLMClient:
                              latency_s=max(0.0, self.clock() - started)))
         raise LLMUnavailable(f"the {self.backend.name} endpoint ({base['model']}) stayed down after {attempts} "
                              f"attempts: last error: {why}")
+
+    def _started(self, role: str, purpose: str, model: str, attempt: int) -> None:
+        line = (f"llm {role} {purpose}: asking {self.backend.name} {model}"
+                + (f" (attempt {attempt})" if attempt > 1 else "") + f", up to {self.timeout_s:g} s")
+        log.info(line)
+        if self.on_start is not None:
+            self.on_start(line)
 
     def _wait(self, attempt: int, retry_after: float | None) -> float | None:
         """Seconds to wait before retry number ``attempt``; None to stop retrying."""

@@ -6,6 +6,7 @@ resumed run asks it the same questions and gets the same answers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from ksearch.errors import SearchError
@@ -46,11 +47,11 @@ class Proposer(Protocol):
 
 def get_proposer(name: str, task: Task, target: str, hardware: HardwareSpec | None, settings: LLMSettings | None = None,
                  store: Store | None = None, strategy: StrategyConfig | None = None,
-                 workloads: list[str] | None = None) -> Proposer:
+                 workloads: list[str] | None = None, progress: Callable[[str], object] | None = None) -> Proposer:
     """The proposer called ``name`` for (task, target). ``settings``: the llm proposer's `LLMSettings`;
     ``store``: the run's store (the llm proposer logs its calls there and replays them on resume);
     ``strategy``: the run's StrategyConfig; ``workloads``: the run's workload selection (None: all), the only
-    ones the llm proposer's prompts list.
+    ones the llm proposer's prompts list; ``progress``: told each llm call as it starts.
 
     Raises SearchError naming the known proposers; ConfigError (ksearch.errors) for unusable llm settings."""
     if name == "patterns":
@@ -62,5 +63,5 @@ def get_proposer(name: str, task: Task, target: str, hardware: HardwareSpec | No
             raise SearchError("the llm proposer needs a model: --model NAME (and --base-url for a local server)")
         from ksearch.proposers.llm.factory import build_llm_proposer
 
-        return build_llm_proposer(task, target, hardware, settings, store, strategy, workloads)
+        return build_llm_proposer(task, target, hardware, settings, store, strategy, workloads, progress)
     raise SearchError(f"unknown proposer {name!r}; known: patterns (offline, from the knowledge packs), llm")

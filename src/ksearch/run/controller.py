@@ -285,12 +285,14 @@ class Controller:
         spread over branches: `ksearch.search.strategy.decide`), the proposer writes the next kernels while
         others are judged, and results are committed one at a time as they arrive (each with its refinement, in
         one transaction); the store records the order. An llm limit or an endpoint that stays down stops new
-        work; the evaluations in flight are still committed (without refinement), then the LLMError propagates.
+        work; the evaluations in flight are still committed (without refinement: asked for on resume, as is the one
+        the model failed on), then the LLMError propagates.
         Ctrl-C propagates after the store is safe (evaluations in flight are judged again on resume)."""
         on_step = on_step or (lambda r: None)
         idle, self.time_limited = 0, False
         deadline = None if time_limit_s is None else clock() + time_limit_s
         stop: LLMError | None = None
+        self.refine_pending()  # a stopped run's refinements first: the tree they change decides what comes next
         for report in self._requeue() if self.tree.in_flight else []:
             on_step(report)
         while True:
@@ -333,15 +335,35 @@ class Controller:
         if stop is not None:
             raise stop
 
+    def refine_pending(self) -> None:
+        """Ask the proposer for the refinements a stopped run did not get (`SearchState.refine_pending`: its model
+        failed during them, or the run stopped before them), oldest first, each written as it comes.
+
+        Raises the proposer's LLMError when it fails again (what was asked stays pending)."""
+        while self.state.refine_pending:
+            node_id, rest = self.state.refine_pending[0], self.state.refine_pending[1:]
+            refinement: list = []
+            if node_id in self.tree:
+                node = self.tree[node_id]
+                ev = self.store.evaluation_of(node.candidate_id) if node.candidate_id else None
+                self.progress(f"{node_id} {node.label}: asking again for the refinement the stopped run did not get")
+                refinement = self.proposer.refine(self.tree, node_id, self.state, ev)
+            state = self.state.model_copy(update={"refine_pending": rest})
+            tree, log = self._apply(self.tree, refinement, "proposer:refine")
+            self.store.record_snapshot(tree.model_dump_json(), state.model_dump_json(), log)
+            self.tree, self.state = tree, state
+
     def step(self) -> StepReport | None:
         """One decision, one evaluation, one atomic write, on the executor's first free worker and waiting for its
-        result. None when nothing is left to try.
+        result. None when nothing is left to try. Refinements a stopped run did not get are asked for first
+        (`refine_pending`).
 
         Raises the llm proposer's LLMBudgetExhausted / LLMUnavailable (the run stops; resumable): after the
         step's evaluation is saved when they come from the refinement, before anything is judged otherwise.
 
         A re-time the planner asked for (`Tree.retime`) is done first: one evaluation of that node's kernel beside
         its parent and the best, counted in the budget like any other."""
+        self.refine_pending()
         for report in self._requeue() if self.tree.in_flight else []:
             return self._raise_stop(report)
         if not self.executor.busy():
@@ -584,11 +606,14 @@ class Controller:
             state = update_state(self.state, tree, node_id, summary)
         stop: LLMError | None = None
         refinement: list = []
-        if refine and not self.cfg.strategy.spawn:  # no planner for an evolutionary loop with a model
-            try:
-                refinement = self.proposer.refine(tree, node_id, state, None if reused else evaluation)
-            except LLMError as e:  # out of budget, or the endpoint is down: keep the measurement, then stop
-                stop = e
+        if not self.cfg.strategy.spawn:  # no planner for an evolutionary loop with a model
+            if refine:
+                try:
+                    refinement = self.proposer.refine(tree, node_id, state, None if reused else evaluation)
+                except LLMError as e:  # out of budget, or the endpoint is down: keep the measurement, then stop
+                    stop = e
+            if not refine or stop is not None:  # asked for again when the run resumes
+                state = state.model_copy(update={"refine_pending": (*state.refine_pending, node_id)})
         tree, log = self._apply(tree, refinement, "proposer:refine")
         if reused or candidate is None:
             self.store.record_snapshot(tree.model_dump_json(), state.model_dump_json(), log)

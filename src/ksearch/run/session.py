@@ -99,7 +99,7 @@ class Session:
                 ecfg.spare_workers = 0  # and the final stage: no workers started ahead to compete with the hosts
             self.evaluator = Evaluator(self.task, cfg.target, self.hardware, ecfg, self.progress)
             self.proposer = get_proposer(cfg.proposer, self.task, cfg.target, self.hardware, cfg.llm, store,
-                                         cfg.strategy, cfg.workloads)
+                                         cfg.strategy, cfg.workloads, lambda m: self.progress(m))
             self.controller = Controller(store, self.task, self.evaluator, self.proposer, cfg, self.progress,
                                          make_executor=lambda naive: make_executor(cfg, self.evaluator, naive,
                                                                                    lambda m: self.progress(m)))

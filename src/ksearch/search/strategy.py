@@ -98,6 +98,8 @@ class SearchState(Record):
             improved the best; backoff starts when this reaches the stagnation window.
         recent_failures: node id -> index of the cycle in which it failed (drives the cooldown).
         regressions: ids of nodes whose passing candidate was slower than their parent's.
+        refine_pending: ids of nodes whose evaluation was committed without the proposer's refinement (its
+            model failed or the run stopped first): a resumed run asks for those refinements before anything else.
     """
 
     cycle: int = Field(default=0, ge=0)
@@ -109,6 +111,7 @@ class SearchState(Record):
     branch_since_improvement: int = Field(default=0, ge=0)
     recent_failures: dict[str, int] = Field(default_factory=dict)
     regressions: tuple[str, ...] = ()
+    refine_pending: tuple[str, ...] = ()
 
 
 class Decision(Record):

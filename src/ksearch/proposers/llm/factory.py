@@ -8,6 +8,7 @@ them (`StoreReplay`), so resuming after a stop repeats no paid call that was ans
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ksearch.errors import ConfigError
@@ -40,9 +41,11 @@ class StoreReplay:
 
 def build_llm_proposer(task: Task, target: str, hardware: HardwareSpec | None, settings: LLMSettings,
                        store: Store | None = None, strategy: StrategyConfig | None = None,
-                       workloads: list[str] | None = None) -> LLMProposer:
+                       workloads: list[str] | None = None,
+                       progress: Callable[[str], object] | None = None) -> LLMProposer:
     """The `LLMProposer` for a run (``store``: its call log, replays and the evidence the coder's debug prompts
-    quote; ``strategy``: the run's StrategyConfig; ``workloads``: the run's selection, None for all). Raises ConfigError (ksearch.errors) for a missing key, command
+    quote; ``strategy``: the run's StrategyConfig; ``workloads``: the run's selection, None for all; ``progress``:
+    told each call as it starts). Raises ConfigError (ksearch.errors) for a missing key, command
     or queue directory, an unreadable price table, or a --max-cost on a model without a price."""
     from ksearch.llm.backends import make_backend
     from ksearch.llm.client import Budget, LLMClient
@@ -68,7 +71,8 @@ def build_llm_proposer(task: Task, target: str, hardware: HardwareSpec | None, s
     budget = Budget.from_calls(calls, max_cost_usd=settings.max_cost_usd, max_tokens=settings.max_tokens)
     client = LLMClient(backend, prices=prices, budget=budget,
                        record=store.record_llm_call if store is not None else None, replay=StoreReplay(store),
-                       retries=settings.retries, timeout_s=settings.timeout_s, temperature=settings.temperature)
+                       retries=settings.retries, timeout_s=settings.timeout_s, temperature=settings.temperature,
+                       on_start=progress)
     return LLMProposer(task, target, hardware, planner=client, coder=client, planner_model=settings.planner,
                        coder_model=settings.coder, context=settings.context, evidence=store, strategy=strategy,
                        workloads=workloads)
