@@ -10,6 +10,7 @@ edit the planner is told was rejected); they keep the base class their callers c
 the standard library: the evaluation worker and the sandbox import it before anything else.
 """
 
+import errno
 import signal
 
 
@@ -58,6 +59,22 @@ class KnowledgeError(KsearchError):
 
 
 class SearchError(KsearchError):
+class StoreWriteError(StoreError):
+    """The run store could not be written (disk full, quota, permissions, a read-only file system), or its file or
+    directory was removed or replaced while the run worked on it. What was committed is kept (the message says
+    where): the run stops, and `ksearch resume` continues once the cause is gone."""
+
+
+#: errno names of a storage failure (a full disk, a quota, permissions, a read-only or failing file system): an
+#: OSError with one of these stops a run as `StoreWriteError` does, never as a traceback
+STORAGE_ERRNOS = ("ENOSPC", "EDQUOT", "EACCES", "EPERM", "EROFS", "EIO", "EFBIG")
+
+
+def storage_failure(e: BaseException) -> bool:
+    """Whether ``e`` is a failure of the storage under ksearch (`STORAGE_ERRNOS`), not of ksearch itself."""
+    return isinstance(e, OSError) and e.errno in {getattr(errno, n, None) for n in STORAGE_ERRNOS} - {None}
+
+
     """The search cannot continue (invalid configuration, no open action and no way to make one)."""
 
 

@@ -11,12 +11,22 @@ Durability contract, which resume relies on: an evaluation, the tree snapshot an
 follow from it are written in one transaction (`Store.record_step`). A process killed at any point leaves either
 all of them or none; a candidate whose evaluation was not committed is evaluated again on resume, one whose
 evaluation was committed is never evaluated again.
+
+The run file alone is complete: every commit is followed by a checkpoint of the write-ahead log into
+``run.sqlite``, so a copy of that file taken mid-run (without its ``-wal``) holds every committed evaluation. Before
+and after each write the store checks that its file is still the one it opened (`Store._guard`): a run directory
+removed under the run is written back from the open connection, a file replaced is left alone and the run's own
+store kept beside it, a removed ``-wal`` is checkpointed into the file; each stops the run with `StoreWriteError`.
+A write that fails (a full disk, a quota, permissions) is a `StoreWriteError` too, and nothing of it is committed.
+A store opened read-only (`Store(path, readonly=True)`: `ksearch show`, `ksearch runs list`) works where the run
+directory cannot be written.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,8 +34,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ksearch.errors import StoreError
+from urllib.parse import quote
+
+from ksearch.errors import StoreError, StoreWriteError
 from ksearch.records import Candidate, Evaluation, FinalMeasurements, FinalReport
+
+
+def _ident(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path``, or None where there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _now() -> str:
@@ -136,33 +157,75 @@ class Store:
     not decode.
     """
 
-    def __init__(self, path: Path, create: bool = False):
+    def __init__(self, path: Path, create: bool = False, readonly: bool = False):
         self.path = Path(path)
+        self.readonly = readonly and not create
+        self._broken: str | None = None  # why writes stopped (`_guard`), or None
+        self._wal: tuple[int, int] | None = None  # the -wal file this connection writes (device, inode)
         if not create and not self.path.is_file():
             raise StoreError(f"no run store at {self.path}")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self.db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
-        except sqlite3.DatabaseError as e:
-            raise StoreError(f"{self.path} is not a usable ksearch run store: {e}") from None
+        if self.readonly:
+            self.db = self._connect_readonly()
+        else:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
+            except OSError as e:
+                raise StoreWriteError(f"cannot create the run store {self.path}: {e.strerror or e}") from None
+            except sqlite3.DatabaseError as e:
+                raise StoreError(f"{self.path} is not a usable ksearch run store: {e}") from None
         try:
             tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if not create and "migrations" not in tables:
                 raise StoreError(f"{self.path} is not a ksearch run store (an SQLite file without its tables)")
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=FULL")
-            self.db.execute("PRAGMA foreign_keys=ON")
-            self._migrate()
+            if not self.readonly:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=FULL")
+                self.db.execute("PRAGMA foreign_keys=ON")
+                self._ident = _ident(self.path)
+                self._migrate()
+            elif self._pending_migrations() and os.access(self.path, os.W_OK) and \
+                    os.access(self.path.parent, os.W_OK):  # migrated once by a writer, then read as asked
+                self.db.close()
+                Store(self.path).close()
+                self.db = self._connect_readonly()
+            elif self._pending_migrations():
+                raise StoreError(f"{self.path} was written by an older ksearch and cannot be updated here (the "
+                                 "file or its directory is read-only): open it once where it can be written")
             tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             missing = [t for t in TABLES if t not in tables]
             if missing:
                 raise StoreError(f"{self.path} is damaged: tables {missing} are missing")
+        except sqlite3.OperationalError as e:
+            self.db.close()
+            if create and not self.readonly:
+                raise StoreWriteError(f"cannot create the run store {self.path}: {e}") from None
+            raise StoreError(f"{self.path} is not a usable ksearch run store: {e}") from None
         except sqlite3.DatabaseError as e:
             self.db.close()
             raise StoreError(f"{self.path} is not a usable ksearch run store: {e}") from None
         except StoreError:
             self.db.close()
             raise
+
+    def _connect_readonly(self) -> sqlite3.Connection:
+        """A read-only connection: ``mode=ro`` (sees a live run's -wal), else, where even that cannot open (a
+        read-only directory without the -shm file), ``immutable=1``: the file as it is, which holds every committed
+        step (each commit is checkpointed into it)."""
+        base = f"file:{quote(str(self.path.absolute()))}"
+        last: Exception | None = None
+        for mode in ("?mode=ro", "?mode=ro&immutable=1"):
+            try:
+                db = sqlite3.connect(base + mode, uri=True, timeout=10, isolation_level=None)
+                db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+                return db
+            except sqlite3.DatabaseError as e:
+                last = e
+        raise StoreError(f"{self.path} is not a usable ksearch run store (opened read-only): {last}")
+
+    def _pending_migrations(self) -> list[str]:
+        done = {r[0] for r in self.db.execute("SELECT name FROM migrations")}
+        return [name for name, _ in MIGRATIONS if name not in done]
 
     def _migrate(self) -> None:
         self.db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
@@ -178,14 +241,109 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """All statements inside commit together or not at all."""
-        self.db.execute("BEGIN IMMEDIATE")
+        """All statements inside commit together or not at all; the commit is then checkpointed into the run file.
+
+        Raises StoreWriteError when the store cannot be written (disk full, quota, permissions, a read-only store)
+        or its file was removed or replaced under the run (`_guard`); nothing of the transaction is then committed
+        (the file removed: what was committed before is written back). sqlite3.IntegrityError (a row the schema
+        refuses) passes through as it is.
+        """
+        if self.readonly:
+            raise StoreWriteError(f"{self.path} is open read-only")
+        self._guard()
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            raise self._write_error(e) from None
         try:
             yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
+            self.db.execute("COMMIT")
+        except BaseException as e:
+            if self.db.in_transaction:  # SQLite may have rolled back already (a full disk)
+                try:
+                    self.db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            if isinstance(e, sqlite3.OperationalError):
+                raise self._write_error(e) from None
             raise
-        self.db.execute("COMMIT")
+        self.checkpoint()
+        self._guard()
+
+    def _write_error(self, e: sqlite3.OperationalError) -> StoreWriteError:
+        return StoreWriteError(f"cannot write the run store {self.path}: {e}; nothing of this step was committed")
+
+    def checkpoint(self) -> None:
+        """Copy the committed pages of the -wal into the run file (PASSIVE: a reader holding an old snapshot, a
+        `ksearch show` under way, leaves the rest for the next commit). A failure to write is a StoreWriteError;
+        the commit stands, in the -wal."""
+        try:
+            self.db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.OperationalError as e:
+            raise StoreWriteError(f"cannot write the run store {self.path} (checkpoint): {e}; what was committed is "
+                                  f"in {self.path.name}-wal") from None
+        if self._wal is None:
+            self._wal = _ident(Path(f"{self.path}-wal"))
+
+    def _guard(self) -> None:
+        """Stop (StoreWriteError) when the run's file is no longer the one this store opened, keeping what was
+        committed: the directory or file removed: written back from the open connection; the file replaced by
+        another: this run's store kept beside it; its -wal removed or replaced: checkpointed into the file."""
+        if self._broken:
+            raise StoreWriteError(self._broken)
+        here = _ident(self.path)
+        wal = _ident(Path(f"{self.path}-wal")) if self._wal is not None else None
+        if here == self._ident and wal == self._wal:
+            return
+        n = self._count_quietly()
+        if here is None:
+            kept = self._write_back(self.path)
+            self._broken = (f"{self.path} was removed while the run worked on it; its store ({n} evaluations) was "
+                            f"written back there{kept}, and the run stopped: `ksearch resume "
+                            f"{self.path.parent.name}` continues it")
+        elif here != self._ident:
+            aside = self.path.with_name(f"{self.path.stem}.kept-{os.getpid()}{self.path.suffix}")
+            kept = self._write_back(aside)
+            if wal == self._wal and wal is not None:  # this run's -wal beside another file would be read into it
+                for stale in (Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+                    stale.unlink(missing_ok=True)
+            self._broken = (f"{self.path} was replaced by another file while the run worked on it; the run stopped "
+                            f"and its own store ({n} evaluations) is kept as {aside}{kept}")
+        else:
+            try:
+                self.db.execute("PRAGMA wal_checkpoint(FULL)").fetchone()
+                self.db.close()  # the file now holds everything; a new connection makes a new -wal
+                kept = ""
+            except sqlite3.Error as e:
+                kept = f" (the checkpoint failed: {e})"
+            self._broken = (f"{self.path.name}-wal was removed or replaced while the run worked on it; everything "
+                            f"committed ({n} evaluations) is in {self.path}{kept}, and the run stopped: "
+                            f"`ksearch resume {self.path.parent.name}` continues it")
+        raise StoreWriteError(self._broken)
+
+    def _count_quietly(self) -> int | str:
+        try:
+            return self.db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+        except sqlite3.Error:
+            return "its"
+
+    def _write_back(self, dest: Path) -> str:
+        """Copy this connection's database (what it sees: the file and its -wal, open even when removed) to
+        ``dest`` atomically, then close the connection; '' or why the copy failed."""
+        tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            out = sqlite3.connect(tmp)
+            try:
+                self.db.backup(out)
+            finally:
+                out.close()
+            self.db.close()
+            os.replace(tmp, dest)
+            return ""
+        except (OSError, sqlite3.Error) as e:
+            tmp.unlink(missing_ok=True)
+            return f" (writing it failed: {e}: what was committed is lost with the file)"
 
     def close(self) -> None:
         self.db.close()
