@@ -31,13 +31,14 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 def _register() -> None:
-    from ksearch.cli import (ablate_cmd, compare_cmd, eval_cmd, export_cmd, knowledge_cmd, run_cmd, show_cmd,
-                             tasks_cmd)
+    from ksearch.cli import (ablate_cmd, compare_cmd, eval_cmd, export_cmd, knowledge_cmd, report_cmd, run_cmd,
+                             show_cmd, tasks_cmd)
 
     app.command("run")(run_cmd.run_command)
     app.command("resume")(run_cmd.resume_command)
     app.add_typer(run_cmd.runs_app, name="runs")
     app.command("show")(show_cmd.show_command)
+    app.command("report")(report_cmd.report_command)
     app.command("ablate")(ablate_cmd.ablate_command)
     app.command("compare")(compare_cmd.compare_command)
     app.command("eval")(eval_cmd.eval_command)

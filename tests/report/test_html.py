@@ -1,0 +1,278 @@
+"""`ksearch report` (ksearch/report/html.py, html_data.py, cli/report_cmd.py): reports of real small runs on the
+null target (the offline patterns proposer; the llm proposer answered by a scripted OpenAI-compatible server),
+checked in a real headless browser: Debian's Chromium driven by Playwright (skipped, saying so, without them).
+
+The runs and the rendered pages are shared by the module's tests (module-scoped fixtures): two small searches, one
+browser, one page load per report.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ksearch.cli import app
+from ksearch.records import Evaluation, Status, WorkloadResult
+from ksearch.report.html_data import layout, score_interval
+from ksearch.search.worldmodel import Tree
+from ksearch.store.runs import open_run
+
+CHROMIUM = Path("/usr/bin/chromium")
+runner = CliRunner()
+
+
+# -- pure parts -------------------------------------------------------------------------------------------------
+
+
+def _ev(*rows: tuple[float, float, list[float] | None]) -> Evaluation:
+    return Evaluation(candidate_id="c", task="t", target="null", status=Status.PASSED, workloads=[
+        WorkloadResult(workload=f"w{i}", status=Status.PASSED, speedup_vs_naive=s, median_ms=m, ci_ms=ci)
+        for i, (s, m, ci) in enumerate(rows)])
+
+
+def test_the_score_interval_is_the_range_the_median_time_intervals_span():
+    # naive 2 ms, median 1 ms in [0.5, 2] ms: speedup 2x in [1x, 4x]; a second workload at 1x exactly
+    lo, hi = score_interval(_ev((2.0, 1.0, [0.5, 2.0]), (1.0, 1.0, [1.0, 1.0])))
+    assert (lo, hi) == pytest.approx((1.0, 2.0))  # geometric means: sqrt(1 * 1), sqrt(4 * 1)
+    assert score_interval(_ev((2.0, 1.0, None))) is None  # a workload without an interval: none
+    assert score_interval(None) is None
+
+
+def test_the_tree_layout_centres_a_parent_over_its_children():
+    tree = Tree.model_validate({"nodes": [
+        {"id": "root", "status": "open"},
+        *({"id": i, "parent_id": p, "action": {"title": i}} for i, p in (("a", "root"), ("b", "root"), ("c", "a"),
+                                                                         ("d", "a")))]})
+    pos = layout(tree)
+    assert pos["c"] == (0.0, -2.0) and pos["d"] == (1.0, -2.0) and pos["b"] == (2.0, -1.0)
+    assert pos["a"] == (0.5, -1.0) and pos["root"] == (1.25, 0.0)
+
+
+# -- real runs --------------------------------------------------------------------------------------------------
+
+
+def _small_run(home: Path, args: list[str]) -> str:
+    """A real `ksearch run` on the null target, made cheap as tests/targets/test_null.py makes it: one check,
+    quick timing, a hand-made hardware spec (no probes). Returns the run's directory."""
+    import ksearch.cli.run_cmd as run_cmd
+    from ksearch.run.controller import RunConfig
+    from tests.targets.test_null import NULL, QUICK, SPEC
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KSEARCH_HOME", str(home))
+        mp.setenv("KSEARCH_BUSY_WAIT_S", "0")
+        mp.setattr(run_cmd, "RunConfig", functools.partial(RunConfig, checks=1, timing=QUICK))
+        mp.setattr(type(NULL), "hardware_spec", lambda self: SPEC)
+        r = runner.invoke(app, ["run", "selective-scan", "--target", "null", "-w", "tiny", "--json", *args])
+    assert r.exit_code == 0, r.output
+    return str(home / "runs" / json.loads(r.output[r.output.index("{"):])["run_id"])
+
+
+def _null_responder(state: Path):
+    """The e2e model stand-in (valid tree edits, with its prose and cut-off JSON faults) answering coder prompts
+    with the null target's naive kernel marked with the node (every kernel distinct), the third one broken."""
+    from ksearch.targets.null import naive_source
+    from ksearch.tasks import load_task
+    from tests.e2e.responder import Responder
+
+    plan, naive, count = Responder(state), naive_source(load_task("selective-scan").definition), [0]
+
+    def respond(messages: list[dict]) -> str:
+        system = next((m["content"] for m in messages if m["role"] == "system"), "")
+        if "You are the coder" not in system:
+            return plan(messages)
+        count[0] += 1
+        node = re.search(r"node (\S+)", next(m["content"] for m in messages if m["role"] == "user"))
+        mark = f"# ksearch report test: node {node.group(1) if node else '?'} #{count[0]}"
+        if count[0] == 3:
+            return f"```python\n{mark}\ndef run(u, delta:\n    oops </script>\n```\n"
+        return f"Here it is.\n\n```python\n{mark}\n{naive}```\n"
+
+    return respond
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two real runs: the patterns proposer (4 evaluations) and the llm proposer through a scripted
+    OpenAI-compatible server (3 evaluations, one of which does not compile); their directories."""
+    from tests.conftest import fresh_home
+    from tests.e2e.test_llm_search import responding
+    from tests.llm.fakes import ScriptedOpenAIServer
+
+    home = fresh_home(tmp_path_factory.mktemp("report-home"))
+    patterns = _small_run(home, ["--budget", "4"])
+    with responding(ScriptedOpenAIServer)(_null_responder(home / "state.json"), {}) as srv:
+        llm = _small_run(home, ["--budget", "3", "--model", "gpt-4o-mini", "--base-url", srv.base_url])
+    return {"home": home, "patterns": patterns, "llm": llm}
+
+
+def _facts(run_dir: str) -> dict:
+    store = open_run(run_dir)
+    try:
+        tree = Tree.model_validate_json(store.latest_snapshot()[1])
+        return {"nodes": len(tree), "evaluations": store.evaluation_count(), "tree": tree,
+                "calls": store.llm_calls(), "kernels": {n.id: store.candidate(n.candidate_id) for n in tree
+                                                        if n.candidate_id and n.id != "root"}}
+    finally:
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def reports(runs, tmp_path_factory):
+    """`ksearch report RUN -o FILE` of each run (and the default file for one)."""
+    out = tmp_path_factory.mktemp("reports")
+    paths = {}
+    for name in ("patterns", "llm"):
+        paths[name] = out / f"{name}.html"
+        r = runner.invoke(app, ["report", runs[name], "-o", str(paths[name])])
+        assert r.exit_code == 0, r.output
+        assert f"wrote {paths[name]}" in r.output
+    return paths
+
+
+def test_the_file_is_self_contained(reports):
+    text = reports["patterns"].read_text()
+    assert text.startswith("<!DOCTYPE html>") and "Plotly" in text
+    # no script, style sheet or image from elsewhere (the browser tests also check that the page requests nothing)
+    assert not re.search(r"<(script|img|iframe)[^>]*\ssrc=|<link[^>]*\shref=", text)
+
+
+def test_the_default_file_is_in_the_run_directory_and_live_stops_with_a_finished_run(runs):
+    r = runner.invoke(app, ["report", runs["patterns"], "--live", "--every", "1"])
+    assert r.exit_code == 0, r.output
+    page = Path(runs["patterns"]) / "report.html"
+    assert page.is_file() and "no longer reloading" in r.output
+    assert "location.reload()" not in page.read_text()  # the last render of a stopped run does not reload
+
+
+def test_an_unknown_id_is_a_clean_error(runs, monkeypatch):
+    monkeypatch.setenv("KSEARCH_HOME", str(runs["home"]))
+    r = runner.invoke(app, ["report", "no-such-run"])
+    assert r.exit_code != 0 and "no run 'no-such-run'" in str(r.exception)
+
+
+# -- in a real browser ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is absent: install Debian's chromium (README's test set-up) to check the report in a "
+                    "real browser")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the test extra)")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+class Page:
+    """A report loaded in the browser, with every script error, console error and request it made."""
+
+    def __init__(self, browser, path: Path):
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
+        self.page.on("console", lambda m: self.errors.append(f"console: {m.text}") if m.type == "error" else None)
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.goto(path.as_uri())
+        self.page.evaluate("window.ksearch.ready.then(() => true)")
+
+    def js(self, expr: str):
+        return self.page.evaluate(expr)
+
+    def click_node(self, node_id: str) -> None:
+        """A real mouse click on the node's marker in the tree (Plotly's click, not a call of the page's code)."""
+        xy = self.page.evaluate("""(id) => { const gd = document.getElementById('tree'); gd.scrollIntoView();
+            const tr = gd.data.find(t => t.name === 'nodes'), i = tr.customdata.indexOf(id);
+            const L = gd._fullLayout, r = gd.getBoundingClientRect();
+            return [r.left + L.xaxis._offset + L.xaxis.d2p(tr.x[i]), r.top + L.yaxis._offset + L.yaxis.d2p(tr.y[i])];
+        }""", node_id)
+        self.page.mouse.click(*xy)
+        self.page.wait_for_function(f"document.getElementById('node-title') && document.getElementById("
+                                    f"'node-title').textContent.startsWith({json.dumps(node_id + ' ')})",
+                                    timeout=5000)
+
+
+@pytest.fixture(scope="module")
+def pages(browser, reports):
+    return {name: Page(browser, path) for name, path in reports.items()}
+
+
+@pytest.mark.parametrize("name", ["patterns", "llm"])
+def test_the_page_loads_without_script_errors_or_network(pages, name):
+    page = pages[name]
+    assert page.errors == []
+    assert all(u.startswith(("file:", "data:", "blob:", "about:")) for u in page.requests), page.requests
+
+
+@pytest.mark.parametrize("name", ["patterns", "llm"])
+def test_the_tree_has_one_marker_per_node_and_the_curves_one_point_per_evaluation(pages, runs, name):
+    facts, page = _facts(runs[name]), pages[name]
+    assert page.js("document.getElementById('tree').data.find(t => t.name === 'nodes').x.length") == facts["nodes"]
+    for div in ("curve-evals", "curve-time"):
+        n = page.js(f"document.getElementById('{div}').data.find(t => t.name === 'best so far').x.length")
+        assert n == facts["evaluations"], div
+    assert page.js("document.getElementById('eval-count').textContent") == str(facts["evaluations"])
+
+
+def test_clicking_a_node_shows_its_kernel_and_its_diff(pages, runs):
+    facts, page = _facts(runs["patterns"]), pages["patterns"]
+    node = next(n for n in facts["tree"] if n.id in facts["kernels"] and n.parent_id != "root")
+    page.click_node(node.id)
+    kernel = page.js("document.getElementById('node-kernel').textContent")
+    body = facts["kernels"][node.id].sources["kernel.py"]
+    assert f"candidate {facts['kernels'][node.id].id}" in kernel and body.splitlines()[1] in kernel
+    diff = page.js("document.getElementById('node-diff').textContent")
+    assert f"--- {node.parent_id}/kernel.py" in diff and f"+++ {node.id}/kernel.py" in diff
+    assert node.action.title in page.js("document.getElementById('node-action').textContent")
+    assert "tiny" in page.js("document.getElementById('node-panel').textContent")  # the per-workload table
+    assert page.errors == []
+
+
+def test_an_llm_node_shows_its_prompts_replies_tokens_and_cost_and_a_broken_kernel_as_text(pages, runs):
+    facts, page = _facts(runs["llm"]), pages["llm"]
+    failed = next(n for n in facts["tree"] if n.status.value == "failed" and n.candidate_id)
+    page.click_node(failed.id)
+    mine = [c for c in facts["calls"] if c.node_id == failed.id]
+    assert mine and page.js("document.querySelectorAll('#node-panel .llm-call').length") == len(mine)
+    panel = page.js("document.getElementById('node-panel').textContent")
+    assert f"{mine[0].usage.input_tokens} in / " in panel and "$" in panel  # gpt-4o-mini has a price
+    assert "You are the coder" in panel and "oops </script>" in page.js(
+        "document.getElementById('node-kernel').textContent")  # shown as written, never run as markup
+    assert "COMPILE_ERROR" in page.js("document.getElementById('node-judge').textContent")
+    assert page.js("document.getElementById('llm-totals').textContent").startswith(f"{len(facts['calls'])} calls")
+    assert page.errors == []
+
+
+def test_a_comparisons_page_draws_its_runs_curves_side_by_side(browser, runs, tmp_path, monkeypatch):
+    """An ablation manifest over the two runs (as `ksearch ablate` keeps it, without its re-timed results)."""
+    from ksearch.run.ablate import Ablation, AblationRun, save
+    from ksearch.run.controller import RunConfig
+
+    monkeypatch.setenv("KSEARCH_HOME", str(runs["home"]))
+    ids = {k: Path(runs[k]).name for k in ("patterns", "llm")}
+    save(Ablation(id="report-test-ablation", created_at="2026-12-07T00:00:00+00:00", task="selective-scan",
+                  contexts=["full"], offline=True, config=RunConfig(task="selective-scan", target="null"),
+                  runs=[AblationRun(label="full", run_id=ids["llm"], status="finished"),
+                        AblationRun(label="offline", run_id=ids["patterns"], status="finished"),
+                        AblationRun(label="none")]))
+    out = tmp_path / "ablation.html"
+    r = runner.invoke(app, ["report", "report-test-ablation", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "ablation report-test-ablation, 2 runs" in r.output
+    page = Page(browser, out)
+    assert page.errors == []
+    names = page.js("document.getElementById('curves').data.map(t => t.name)")
+    assert sorted(set(names)) == ["full", "offline"] and len(names) == 4  # each run against evaluations and time
+    counts = {k: _facts(v)["evaluations"] for k, v in runs.items() if k != "home"}
+    assert page.js("window.ksearch.data.runs") == {"full": counts["llm"], "offline": counts["patterns"]}
+    assert "none: not started" in page.js("document.body.textContent")
+    shutil.rmtree(runs["home"] / "ablations" / "report-test-ablation")
