@@ -22,6 +22,11 @@ class TaskError(KsearchError):
     """A task definition or workload is malformed or unknown."""
 
 
+class TaskTimeout(TaskError):
+    """A task's own code (its reference, input generator, check, problem file) ran past its time limit
+    (`ksearch.tasks.guard.task_code`); the message names the code and the limit."""
+
+
 class TargetError(KsearchError):
     """A target is unavailable or misconfigured (no compiler, no device)."""
 

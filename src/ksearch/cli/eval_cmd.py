@@ -39,6 +39,10 @@ def eval_command(
     seed: int | None = typer.Option(None, min=0, help="Base seed for the inputs (default: fresh random)."),
     timeout: float = typer.Option(60.0, help="Seconds one kernel call may take before it is killed.",
                                   callback=positive_seconds),
+    reference_timeout: float | None = typer.Option(
+        None, "--reference-timeout", callback=lambda v: v if v is None else positive_seconds(v),
+        help="Seconds one call of the task's own code (its reference, input generator or check) may take; past it "
+             "the task is at fault (exit 2). Default: 5 x --timeout, at least 60."),
     entry: str = typer.Option("run", help="Name of the kernel's entry-point function."),
     flags: str = typer.Option("", help="Extra compile flags, space-separated (e.g. '-ffast-math')."),
     naive: bool = typer.Option(True, help="Also time the task's naive kernel, for speedups."),
@@ -83,7 +87,7 @@ def eval_command(
         raise TaskError(f"--namespaces must be auto, no-user or off, not {namespaces!r}")
     base = secrets.randbits(62) if seed is None else seed
     cfg = EvalConfig(timeout_s=timeout, seeds=[base + i for i in range(seeds)],
-                     sandbox=Policy(namespaces=namespaces))
+                     sandbox=Policy(namespaces=namespaces), reference_timeout_s=reference_timeout)
     try:
         with console.status("starting", spinner="dots") as status:
             def progress(msg: str) -> None:

@@ -27,6 +27,7 @@ from typing import Callable
 import numpy as np
 
 from ksearch.tasks.definition import Definition, Workload
+from ksearch.tasks.guard import task_code
 from ksearch.tasks.inputs import make_inputs
 from ksearch.tasks.reference import run_reference
 
@@ -160,8 +161,10 @@ class CaseData:
     KEEP_UNCACHED = 2
 
     def __init__(self, definition: Definition, reference_cache_bytes: int, input_cache_bytes: int,
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None, task_limit_s: float | None = None):
         self.definition = definition
+        #: seconds the task's own code (its reference, its input generator) may take per call (None: unbounded)
+        self.task_limit_s = task_limit_s
         self.reference_cache_bytes, self.input_cache_bytes = reference_cache_bytes, input_cache_bytes
         self.progress = progress or (lambda msg: None)
         self._refs: OrderedDict[tuple[str, int], dict[str, np.ndarray]] = OrderedDict()
@@ -218,13 +221,18 @@ class CaseData:
             return self._refs[key]
         self.progress(f"reference {workload.label} seed {seed % 10000:04d}")
         t0 = time.perf_counter()
-        outs = run_reference(self.definition, inputs)
+        case = f"on workload {workload.label!r} (seed {seed % 10000:04d})"
+        with task_code(f"the reference of {self.definition.name!r} failed {case}:", self.task_limit_s,
+                       late=f"the reference of {self.definition.name!r} {case} did not finish"):
+            outs = run_reference(self.definition, inputs)
         self._ref_seconds[workload.uuid] = time.perf_counter() - t0
         self.counts["references"] += 1
         if not self._determinism_checked and self.definition.reference_backend == "torch":
             self._determinism_checked = True
             if self._ref_seconds[workload.uuid] < DETERMINISM_CHECK_SECONDS:
-                _same_again(self.definition, inputs, outs, f"{workload.label} seed {seed % 10000:04d}")
+                with task_code(f"the reference of {self.definition.name!r} failed {case}:", self.task_limit_s,
+                               late=f"the reference of {self.definition.name!r} {case}, run twice, did not finish"):
+                    _same_again(self.definition, inputs, outs, f"{workload.label} seed {seed % 10000:04d}")
         outs = {k: (v.astype(np.float32) if v.size > _F32_CACHE_ABOVE else v) for k, v in outs.items()}
         size = sum(v.nbytes for v in outs.values())
         fits, self._ref_bytes = self._make_room(self._refs, size, self._ref_bytes, self.reference_cache_bytes,
@@ -250,7 +258,10 @@ class CaseData:
             return self._inputs[key]
         root = self.root()
         self.progress(f"inputs {workload.label} seed {seed % 10000:04d}")
-        inputs = make_inputs(self.definition, workload, seed)
+        with task_code(f"making the inputs of workload {workload.label!r} failed:", self.task_limit_s,
+                       late=f"making the inputs of {self.definition.name!r}'s workload {workload.label!r} "
+                            f"(seed {seed % 10000:04d}) did not finish"):
+            inputs = make_inputs(self.definition, workload, seed)
         self.counts["inputs"] += 1
         size = _nbytes(inputs)
         fits, self._input_bytes = self._make_room(self._inputs, size, self._input_bytes, self.input_cache_bytes,

@@ -101,6 +101,17 @@ class EvalConfig:
     profile: bool = False
     #: seconds the profiler's run may take in all (then its Profile's error says it timed out)
     profile_timeout_s: float = 120.0
+    #: seconds one call of the task's own code may take: its reference, its input generator, its check (None:
+    #: `task_limit_s`'s default); past it the evaluation stops with a TaskTimeout, the task's error
+    reference_timeout_s: float | None = None
+
+    def task_limit_s(self) -> float:
+        """Seconds one call of the task's own code may take: ``reference_timeout_s``, else five times the
+        kernel's ``timeout_s`` and at least 60 (a float64 reference on the host is slower than the kernel it
+        judges; a hung one must still end the evaluation)."""
+        if self.reference_timeout_s is not None:
+            return self.reference_timeout_s
+        return max(5 * self.timeout_s, 60.0)
 
     def seed_for_timing(self) -> int:
         if self.timing_seed is not None:
@@ -130,7 +141,8 @@ class Evaluator:
         self.progress = progress or (lambda msg: None)
         input_bytes = self.config.input_cache_bytes
         self.data = CaseData(self.definition, self.config.reference_cache_bytes,
-                             default_input_cache_bytes() if input_bytes is None else input_bytes, self.progress)
+                             default_input_cache_bytes() if input_bytes is None else input_bytes, self.progress,
+                             self.config.task_limit_s())
         remove_stale_dirs()
         self.naive_ms: dict[str, float] = {}
         self._flush_sizes: dict[tuple, int] = {}
@@ -478,6 +490,7 @@ class Evaluator:
         decides instead of the tolerance; a non-finite value where the reference is finite fails before it. The
         errors against the reference are reported beside its verdict."""
         from ksearch.tasks.generated import run_checker
+        from ksearch.tasks.guard import task_code
 
         got: dict[str, np.ndarray] = {}
         worst_abs = worst_rel = 0.0
@@ -492,7 +505,9 @@ class Evaluator:
                     float("nan"), float("nan")
             _, a, r, _ = compare(g, want[name], self.definition.tolerance_for(spec.dtype))
             worst_abs, worst_rel = max(worst_abs, a), max(worst_rel, r)
-        ok, msg = run_checker(self.definition, inputs, got)
+        with task_code(f"the check of {self.definition.name!r} failed:", self.config.task_limit_s(),
+                       late=f"the check of {self.definition.name!r} did not finish"):
+            ok, msg = run_checker(self.definition, inputs, got)
         if not ok:
             return Status.INCORRECT_NUMERICAL, f"the task's own check failed: {msg}", worst_abs, worst_rel
         return Status.PASSED, "", worst_abs, worst_rel

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait as wait_any
 from typing import TYPE_CHECKING, Protocol
 
-from ksearch.errors import ConfigError, SearchError
+from ksearch.errors import ConfigError, SearchError, TaskError
 from ksearch.run.host import HostSetup, JobResult, JobSpec, device_text, judge
 
 if TYPE_CHECKING:
@@ -342,6 +342,9 @@ class LocalPool:
                     self.progress(f"worker {s.state.name} could not start again: {text}")
                     self._stop(s)
                     return
+                elif kind == "task-error":  # the task's reference (or generator, check) failed: the run stops
+                    s.state.job, s.state.stage = None, "idle"
+                    raise TaskError(text)
                 elif kind in ("done", "failed") and s.state.job is not None:
                     job, s.state.job, s.state.stage = s.state.job, None, "idle"
                     if kind == "done":

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
+from ksearch.errors import TaskError
 from ksearch.eval.timing import Reference
 from ksearch.records import Candidate, Evaluation, Status
 
@@ -192,7 +193,8 @@ def serve(conn, setup_json: str) -> None:
     """The main function of a local host process: set up, then answer jobs on ``conn`` (a multiprocessing
     connection) until it closes or says stop. Messages are (kind, text) tuples: from the executor ``("job",
     JobSpec JSON)`` and ``("stop", "")``; to it ``("ready", device text)`` or ``("error", why)`` once, then per
-    job any number of ``("stage", line)`` and one ``("done", JobResult JSON)`` or ``("failed", traceback)``."""
+    job any number of ``("stage", line)`` and one ``("done", JobResult JSON)``, ``("failed", traceback)`` or
+    ``("task-error", message)`` (the task's own code failed: the executor raises it as a TaskError)."""
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle; it stops the hosts
     setup = HostSetup.model_validate_json(setup_json)
@@ -220,6 +222,9 @@ def serve(conn, setup_json: str) -> None:
             t0 = time.monotonic()
             try:
                 result = host.evaluate(JobSpec.model_validate_json(text))
+            except TaskError as e:  # the task's own code failed or hung: the run's error, never the kernel's
+                send("task-error", str(e))
+                continue
             except Exception:  # a fault of the host, not a verdict on the kernel
                 send("failed", traceback.format_exc(limit=8)[-4000:])
                 continue

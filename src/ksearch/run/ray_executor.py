@@ -20,7 +20,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from ksearch.errors import ConfigError, SearchError
+from ksearch.errors import ConfigError, SearchError, TaskError
 from ksearch.run.executor import HOST_START_S, Completed, Event, Lost, WorkerState
 from ksearch.run.host import HostSetup, JobResult, JobSpec, device_text
 
@@ -220,6 +220,8 @@ class RayPool:
                 events.append(Lost(job, w.state.name, f"the Ray actor died: {_short(e)}"))
                 self._replace(w)
             except ray.exceptions.RayError as e:  # the host raised: a fault of the host, not a verdict
+                if isinstance(getattr(e, "cause", None), TaskError):  # the task's own code: the run's error
+                    raise TaskError(str(e.cause)) from None
                 events.append(Lost(job, w.state.name, f"the host failed: {_short(e)}"))
         self._refresh_stages()
         return events

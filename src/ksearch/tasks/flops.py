@@ -25,13 +25,11 @@ answers a tensor key with its vector peak: `ksearch.hardware.roofline.peak_for`)
 from __future__ import annotations
 
 import json
-import signal
-import threading
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 
+from ksearch.errors import TaskError, TaskTimeout
 from ksearch.tasks.definition import Definition, Workload
+from ksearch.tasks.guard import task_code
 
 #: task dtype of the floating inputs -> the ``peak_flops`` key their matrix products can reach
 TENSOR_KEYS = {"float64": "tensor_float64", "float32": "tensor_tf32", "float16": "tensor_float16",
@@ -100,13 +98,13 @@ def _count(definition: Definition, workload: Workload, values: dict[str, int]) -
     if definition.reference in _TIMED_OUT:  # once per reference, not COUNT_SECONDS for every workload
         return FlopCount(None, on, note=_TIMED_OUT[definition.reference])
     try:
-        with time_limit(COUNT_SECONDS):
+        with task_code("the reference does not load:", COUNT_SECONDS, late="the reference did not load"):
             run = reference_function(definition)
-    except TimeUp:
-        note = _TIMED_OUT[definition.reference] = f"the reference did not load in {COUNT_SECONDS:g} s"
+    except TaskTimeout as e:
+        note = _TIMED_OUT[definition.reference] = str(e)
         return FlopCount(None, on, note=note)
-    except (Exception, SystemExit) as e:  # a reference that does not load: the check will say so; bytes only
-        return FlopCount(None, on, note=f"the reference does not load: {e}")
+    except TaskError as e:  # a reference that does not load: the check will say so; bytes only
+        return FlopCount(None, on, note=str(e))
 
     def counted(args: dict) -> float:
         counter = FlopCounterMode(display=False)
@@ -114,57 +112,30 @@ def _count(definition: Definition, workload: Workload, values: dict[str, int]) -
             run(**args)
         return float(counter.get_total_flops())
 
+    late = "the reference did not finish"
     try:
-        with time_limit(COUNT_SECONDS):
+        with task_code("on meta tensors:", COUNT_SECONDS, late=late):
             return FlopCount(counted(_meta_args(definition, workload, values)), on, "meta")
-    except TimeUp:
-        note = _TIMED_OUT[definition.reference] = f"the reference did not finish in {COUNT_SECONDS:g} s"
+    except TaskTimeout as e:
+        note = _TIMED_OUT[definition.reference] = str(e)
         return FlopCount(None, on, note=note)
-    except (Exception, SystemExit) as e:  # reads its data or makes tensors elsewhere: real inputs below
-        on_meta = f"{type(e).__name__}: {e}"[:50]
+    except TaskError as e:  # reads its data or makes tensors elsewhere: real inputs below
+        on_meta = str(e).removeprefix("on meta tensors: ")[:50]
     nbytes = definition.bytes_of(workload)
     if nbytes > REAL_INPUT_BYTES:
         return FlopCount(None, on, note=f"not on meta tensors ({on_meta}), and {nbytes / 2**20:.0f} MiB of inputs "
                                         f"and outputs, over the {REAL_INPUT_BYTES // 2**20} MiB drawn to count")
-    try:
-        from ksearch.tasks.inputs import make_inputs
-        from ksearch.tasks.reference import torch_args
+    from ksearch.tasks.inputs import make_inputs
+    from ksearch.tasks.reference import torch_args
 
-        with time_limit(COUNT_SECONDS):
+    try:
+        with task_code("the reference did not run under the counter:", COUNT_SECONDS, late=late):
             return FlopCount(counted(torch_args(definition, make_inputs(definition, workload, 0))), on, "real")
-    except TimeUp:
-        note = _TIMED_OUT[definition.reference] = f"the reference did not finish in {COUNT_SECONDS:g} s"
+    except TaskTimeout as e:
+        note = _TIMED_OUT[definition.reference] = str(e)
         return FlopCount(None, on, note=note)
-    except (Exception, SystemExit) as e:
-        return FlopCount(None, on, note=f"the reference did not run under the counter: {type(e).__name__}: {e}")
-
-
-class TimeUp(BaseException):
-    """Raised inside the counted call when its time is up (a BaseException: a reference's ``except Exception``
-    does not swallow it)."""
-
-
-@contextmanager
-def time_limit(seconds: float):
-    """Raise `TimeUp` in the body after ``seconds`` (by SIGALRM, on the main thread only: elsewhere no limit,
-    as a signal cannot be delivered there). A Python loop is interrupted; a single long C call at its end."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
-        return
-
-    def up(signum, frame):
-        raise TimeUp()
-
-    previous = signal.signal(signal.SIGALRM, up)
-    old = signal.setitimer(signal.ITIMER_REAL, seconds)
-    start = time.monotonic()
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        if old[0]:  # a timer set before (pytest-timeout's): re-armed with what it had left
-            signal.setitimer(signal.ITIMER_REAL, max(old[0] - (time.monotonic() - start), 1e-3), old[1])
+    except TaskError as e:
+        return FlopCount(None, on, note=str(e))
 
 
 def _meta_args(definition: Definition, workload: Workload, values: dict[str, int]) -> dict:

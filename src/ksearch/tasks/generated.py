@@ -18,6 +18,7 @@ import numpy as np
 
 from ksearch.errors import TaskError
 from ksearch.tasks.definition import Definition, Workload
+from ksearch.tasks.guard import task_code
 from ksearch.tasks.inputs import numpy_dtype, to_float64
 
 _NAMESPACES: dict[str, dict] = {}
@@ -28,10 +29,8 @@ def _entry(definition: Definition, source: str, func: str, what: str):
     does not load or defines no such function."""
     if source not in _NAMESPACES:
         namespace: dict = {"__name__": f"ksearch_{what.replace(' ', '_')}"}
-        try:
+        with task_code(f"the {what} of {definition.name!r} does not load:"):
             exec(compile(source, f"<{what} of {definition.name}>", "exec"), namespace)  # noqa: S102 - trusted task code
-        except (Exception, SystemExit) as e:
-            raise TaskError(f"the {what} of {definition.name!r} does not load: {type(e).__name__}: {e}") from None
         _NAMESPACES[source] = namespace
     fn = _NAMESPACES[source].get(func)
     if not callable(fn):
@@ -74,11 +73,8 @@ def generate_inputs(definition: Definition, workload: Workload, seed: int) -> di
     """
     axes = definition.axis_values(workload)
     generate = _entry(definition, definition.input_generator or "", "generate", "input generator")
-    try:
+    with task_code(f"the input generator of {definition.name!r} failed on workload {workload.label!r}:"):
         values = generate(seed, **axes)
-    except (Exception, SystemExit) as e:
-        raise TaskError(f"the input generator of {definition.name!r} failed on workload {workload.label!r}: "
-                        f"{type(e).__name__}: {e}") from None
     if not isinstance(values, dict):
         raise TaskError(f"the input generator of {definition.name!r} returned {type(values).__name__}, not a dict "
                         "of inputs by name")
@@ -131,10 +127,11 @@ def run_checker(definition: Definition, inputs: dict, outputs: dict[str, np.ndar
                 for k, v in {**inputs, **outputs}.items()}
     else:
         conv = {k: (np.array(v, copy=True) if isinstance(v, np.ndarray) else v) for k, v in {**inputs, **outputs}.items()}
-    try:
-        result = check({k: conv[k] for k in inputs}, {k: conv[k] for k in outputs})
-    except (Exception, SystemExit) as e:
-        return False, f"the task's check raised {type(e).__name__}: {e}"
+    try:  # a check that raises fails the candidate (a wrong output may well make it raise), not the task
+        with task_code("the task's check raised"):
+            result = check({k: conv[k] for k in inputs}, {k: conv[k] for k in outputs})
+    except TaskError as e:
+        return False, str(e)
     return verdict(result)
 
 

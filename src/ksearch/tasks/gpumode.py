@@ -34,8 +34,9 @@ from pathlib import Path
 
 import yaml
 
-from ksearch.errors import TaskError
+from ksearch.errors import TaskError, TaskTimeout
 from ksearch.tasks.definition import ConstAxis, Definition, TensorSpec, VarAxis, Workload
+from ksearch.tasks.guard import task_code
 from ksearch.tasks.importers import Source, register
 from ksearch.tasks.loader import Task, load_workloads
 
@@ -213,44 +214,37 @@ def _probe(ns: dict, origin: str, rows) -> tuple[list, list, bool, bool, str]:
     `PROBE_SECONDS`."""
     import torch
 
-    from ksearch.tasks.flops import TimeUp, time_limit
-
     ref = ns["_ksearch_reference"]()
     data_all, out_all, device = [], [], "cpu"
     is_tuple = out_tuple = False
     for name, _, sizes, seed in rows:
+        call = f"{origin}: generate_input({sizes}, seed={seed}) for {name}"
         try:
-            with time_limit(PROBE_SECONDS):
+            with task_code(f"{call} raised", PROBE_SECONDS):
                 data = ref.generate_input(**sizes, seed=seed)
-        except TimeUp:
-            raise TaskError(f"{origin}: generate_input({sizes}, seed={seed}) for {name} did not finish in "
-                            f"{PROBE_SECONDS:g} s") from None
-        except (Exception, SystemExit) as e:
+        except TaskTimeout:
+            raise
+        except TaskError as e:
             torch_device = "cuda"  # torch's device, named in the problem's own error (not a ksearch target)
             hint = "" if torch.cuda.is_available() or torch_device not in str(e).lower() else \
                 " (the problem allocates on CUDA, which this torch cannot reach: load it where a CUDA build of torch sees a GPU)"
-            raise TaskError(f"{origin}: generate_input({sizes}, seed={seed}) for {name} raised "
-                            f"{type(e).__name__}: {e}{hint}") from None
+            raise TaskError(f"{e}{hint}") from None
         is_tuple = isinstance(data, (tuple, list))
         parts = list(data) if is_tuple else [data]
         if not all(hasattr(p, "shape") or isinstance(p, (int, float)) for p in parts):
             raise TaskError(f"{origin}: generate_input returns {type(data).__name__} with parts "
                             f"{[type(p).__name__ for p in parts]}; ksearch reads a tensor or a tuple of tensors")
         meta = [p.to("meta") if hasattr(p, "to") else p for p in parts]
+        kernel = f"{origin}: ref_kernel on {name}"
         try:  # shapes only: on the meta device where the reference runs there, else on the data itself
-            with time_limit(PROBE_SECONDS), torch.device("meta"):
+            with task_code(f"{kernel} raised", PROBE_SECONDS), torch.device("meta"):
                 out = ref.ref_kernel(tuple(meta) if isinstance(data, (tuple, list)) else meta[0])
-        except TimeUp:
-            raise TaskError(f"{origin}: ref_kernel on {name} did not finish in {PROBE_SECONDS:g} s") from None
-        except (Exception, SystemExit):
-            try:
-                copies = [p.clone() if hasattr(p, "clone") else p for p in parts]
-                with time_limit(PROBE_SECONDS):
-                    out = ref.ref_kernel(tuple(copies) if isinstance(data, (tuple, list)) else copies[0])
-            except TimeUp:
-                raise TaskError(f"{origin}: ref_kernel on {name} did not finish in {PROBE_SECONDS:g} s") from None
-            except (Exception, SystemExit) as e:
-                raise TaskError(f"{origin}: ref_kernel on {name} raised {type(e).__name__}: {e}") from None
+        except TaskTimeout:
+            raise
+        except TaskError:
+            copies = [p.clone() if hasattr(p, "clone") else p for p in parts]
+            with task_code(f"{kernel} raised", PROBE_SECONDS):
+                out = ref.ref_kernel(tuple(copies) if isinstance(data, (tuple, list)) else copies[0])
             del copies
         out_tuple = isinstance(out, (tuple, list))
         outs = list(out) if out_tuple else [out]
@@ -315,16 +309,10 @@ def load_gpumode(path: Path, workloads: Path | None = None) -> Task:
                         "(CPU build)") from None
     bundle = _BUNDLE.format(sources=modules)
     ns: dict = {"__name__": "ksearch_gpumode"}
-    from ksearch.tasks.flops import TimeUp, time_limit
-
-    try:
-        with time_limit(PROBE_SECONDS):
-            exec(compile(bundle, origin, "exec"), ns)  # noqa: S102 - task code, trusted as a reference is
-            ref = ns["_ksearch_reference"]()
-    except TimeUp:
-        raise TaskError(f"{origin}: reference.py does not finish importing in {PROBE_SECONDS:g} s") from None
-    except (Exception, SystemExit) as e:
-        raise TaskError(f"{origin}: reference.py does not import: {type(e).__name__}: {e}") from None
+    with task_code(f"{origin}: reference.py does not import:", PROBE_SECONDS,
+                   late=f"{origin}: reference.py does not finish importing"):
+        exec(compile(bundle, origin, "exec"), ns)  # noqa: S102 - task code, trusted as a reference is
+        ref = ns["_ksearch_reference"]()
     missing = [f for f in ("generate_input", "ref_kernel", "check_implementation") if not callable(getattr(ref, f, None))]
     if missing:
         raise TaskError(f"{origin}: reference.py defines no {', '.join(missing)}")

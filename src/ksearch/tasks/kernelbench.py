@@ -38,8 +38,9 @@ import ast
 import inspect
 from pathlib import Path
 
-from ksearch.errors import TaskError
+from ksearch.errors import TaskError, TaskTimeout
 from ksearch.tasks.definition import ConstAxis, Definition, TensorSpec, Workload
+from ksearch.tasks.guard import task_code
 from ksearch.tasks.importers import Source, register
 from ksearch.tasks.loader import Task
 
@@ -176,16 +177,9 @@ def _run_problem(source: str, origin: str) -> dict:
     except ImportError:
         raise TaskError(f"{origin}: KernelBench problems need PyTorch; install it with `pip install torch==2.13.0` "
                         "(CPU build)") from None
-    from ksearch.tasks.flops import TimeUp, time_limit
-
     namespace: dict = {"__name__": "kernelbench_problem"}
-    try:
-        with time_limit(LOAD_SECONDS):
-            exec(compile(source, origin, "exec"), namespace)  # noqa: S102 - a task file, trusted as a reference is
-    except TimeUp:
-        raise TaskError(f"{origin} does not finish running its top level in {LOAD_SECONDS:g} s") from None
-    except (Exception, SystemExit) as e:
-        raise TaskError(f"{origin} does not run: {type(e).__name__}: {e}") from None
+    with task_code(f"{origin} does not run:", LOAD_SECONDS, late=f"{origin} does not finish running its top level"):
+        exec(compile(source, origin, "exec"), namespace)  # noqa: S102 - a task file, trusted as a reference is
     missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not callable(namespace.get(n))]
     if missing:
         raise TaskError(f"{origin} is not a KernelBench problem: it defines no {', '.join(missing)}")
@@ -201,18 +195,9 @@ CPU_FALLBACK_BYTES = 1 << 30
 def _instantiate(ns: dict, origin: str, device: str):
     """(forward arguments, model, output) of the problem on ``device`` (``meta``: shapes only). Raises TaskError
     where a step raises or the whole takes over `LOAD_SECONDS`."""
-    from ksearch.tasks.flops import TimeUp, time_limit
-
-    try:
-        with time_limit(LOAD_SECONDS):
-            return _instantiate_unlimited(ns, origin, device)
-    except TimeUp:
-        raise _TooLong(f"{origin}: building the model and running its forward once on {device} tensors did not "
-                        f"finish in {LOAD_SECONDS:g} s") from None
-
-
-class _TooLong(TaskError):
-    """The problem did not load in `LOAD_SECONDS` (not tried again on the CPU)."""
+    with task_code(f"{origin}:", LOAD_SECONDS, late=f"{origin}: building the model and running its forward "
+                   f"once on {device} tensors did not finish"):
+        return _instantiate_unlimited(ns, origin, device)
 
 
 def _meta_bytes(ns: dict) -> int | None:
@@ -220,16 +205,14 @@ def _meta_bytes(ns: dict) -> int | None:
     ``get_inputs`` or the constructor cannot run there)."""
     import torch
 
-    from ksearch.tasks.flops import TimeUp, time_limit
-
     try:
-        with time_limit(LOAD_SECONDS), torch.device("meta"):
+        with task_code("on meta tensors:", LOAD_SECONDS), torch.device("meta"):
             torch.manual_seed(0)
             model = ns["Model"](*ns["get_init_inputs"]())
             tensors = [a for a in ns["get_inputs"]() if hasattr(a, "nbytes")]
             tensors += [*model.parameters(), *model.buffers()]
             return sum(int(t.nbytes) for t in tensors)
-    except (Exception, SystemExit, TimeUp):
+    except TaskError:
         return None
 
 
@@ -238,18 +221,14 @@ def _instantiate_unlimited(ns: dict, origin: str, device: str):
 
     with torch.device(device):
         torch.manual_seed(0)
-        step = "get_init_inputs()"
-        try:
+        with task_code(f"{origin}: get_init_inputs() raised"):
             init = ns["get_init_inputs"]()
-            step = "Model(*get_init_inputs())"
+        with task_code(f"{origin}: Model(*get_init_inputs()) raised"):
             model = ns["Model"](*init)
-            step = "get_inputs()"
+        with task_code(f"{origin}: get_inputs() raised"):
             args = list(ns["get_inputs"]())
-            step = "the forward"
-            with torch.no_grad():
-                out = model(*args)
-        except (Exception, SystemExit) as e:
-            raise TaskError(f"{origin}: {step} raised {type(e).__name__}: {e}") from None
+        with task_code(f"{origin}: the forward raised"), torch.no_grad():
+            out = model(*args)
     return args, model, out
 
 
@@ -304,7 +283,7 @@ def load_kernelbench(path: Path, workloads: Path | None = None, sizes: dict[str,
     ns = _run_problem(source, origin)
     try:
         args, model, out = _instantiate(ns, origin, "meta")
-    except _TooLong:
+    except TaskTimeout:  # not tried again on the CPU
         raise
     except TaskError as on_meta:
         nbytes = _meta_bytes(ns)

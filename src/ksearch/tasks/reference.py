@@ -10,6 +10,7 @@ import numpy as np
 
 from ksearch.errors import TaskError
 from ksearch.tasks.definition import Definition
+from ksearch.tasks.guard import task_code
 from ksearch.tasks.inputs import BIT_STORED, to_float64
 
 _COMPILED: dict[str, object] = {}
@@ -19,10 +20,8 @@ def _entry(definition: Definition):
     key = definition.reference
     if key not in _COMPILED:
         namespace: dict = {}
-        try:
+        with task_code(f"reference of {definition.name!r} does not load:"):
             exec(compile(definition.reference, f"<reference of {definition.name}>", "exec"), namespace)  # noqa: S102
-        except (Exception, SystemExit) as e:  # a broken reference is a task error, not ours
-            raise TaskError(f"reference of {definition.name!r} does not load: {type(e).__name__}: {e}") from None
         if not callable(namespace.get("run")):
             raise TaskError(f"reference of {definition.name!r} defines no function `run`")
         _COMPILED[key] = namespace["run"]
@@ -53,10 +52,8 @@ def run_reference(definition: Definition, inputs: dict) -> dict[str, np.ndarray]
             return definition.reference_inputs == "float64" or definition.inputs[k].dtype in BIT_STORED
         args = {k: (to_float64(v, definition.inputs[k].dtype) if isinstance(v, np.ndarray) and widen(k) else v)
                 for k, v in inputs.items()}
-        try:
+        with task_code(f"reference of {definition.name!r} failed:"):
             result = run(**args)
-        except (Exception, SystemExit) as e:  # sys.exit in a reference: its error, not the command's exit
-            raise TaskError(f"reference of {definition.name!r} failed: {type(e).__name__}: {e}") from None
     if isinstance(result, dict):
         missing = [n for n in names if n not in result]
         if missing:
@@ -110,11 +107,8 @@ def _run_torch(definition: Definition, run, inputs: dict):
     import torch
 
     args = torch_args(definition, inputs)
-    try:
-        with torch.no_grad():
-            result = run(**args)
-    except (Exception, SystemExit) as e:  # sys.exit in a reference: its error, not the command's exit
-        raise TaskError(f"reference of {definition.name!r} failed: {type(e).__name__}: {e}") from None
+    with task_code(f"reference of {definition.name!r} failed:"), torch.no_grad():
+        result = run(**args)
     def widen(r):
         return r.detach().to(torch.float64).numpy() if hasattr(r, "detach") else r
 
