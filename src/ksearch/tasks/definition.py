@@ -25,20 +25,18 @@ On top of those ksearch adds, all optional so foreign files still load:
 
 from __future__ import annotations
 
-import ast
 import math
 import uuid as uuidlib
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ksearch.errors import TaskError
-from ksearch.hardware.catalog import FIGURES
+from ksearch.tasks.cost import COST_ANNOTATION, COST_BYTES_ONLY, CostModel, WorkloadCost
+from ksearch.tasks.cost import join_cost_sources  # noqa: F401 - re-exported: callers import it from here
+from ksearch.tasks.exprs import compile_expr as _compile_expr
+from ksearch.tasks.exprs import eval_expr
 from ksearch.tasks.structured import compile_data_constraint, is_data_constraint
-
-#: The ``peak_flops`` keys a cost model's ``flops_on`` may name: the hardware catalog's figures (plain dtypes are
-#: vector/SIMD rates, ``tensor_*`` matrix-unit rates).
-FLOPS_ON_KEYS: tuple[str, ...] = tuple(k.removeprefix("peak_flops.") for k in FIGURES if k.startswith("peak_flops."))
 
 #: dtype name -> bytes per element. Names as flashinfer-bench spells them.
 DTYPE_BYTES: dict[str, float] = {
@@ -173,39 +171,6 @@ class Tolerance(_Record):
     atol: float = Field(ge=0)
     rule: Literal["sum", "either"] = "sum"
     matched_ratio: float = Field(default=1.0, gt=0, le=1)
-
-
-class CostModel(_Record):
-    """Work per workload as Python expressions over the axes (ksearch extension).
-
-    ``bytes``: bytes that must move between memory and the chip; when None, the sum of the sizes of all
-    inputs and outputs (every input read once, every output written once). ``flops``: floating-point
-    operations (an FMA counts 2). ``transcendentals``: exp/log/... evaluations. ``flops_on``: the hardware
-    spec's ``peak_flops`` key whose rate the FLOPs can reach, ``float32`` (vector units) by default, a tensor key
-    (``tensor_float16``, ``tensor_bfloat16``) for matmul FLOPs on 16-bit inputs that matrix units can run
-    (see ``ksearch.hardware.roofline.peak_for``).
-    """
-
-    bytes: str | None = None
-    flops: str = "0"
-    transcendentals: str = "0"
-    flops_on: str = "float32"
-
-    @model_validator(mode="after")
-    def _expressions_compile(self) -> "CostModel":
-        for expr in (self.bytes, self.flops, self.transcendentals):
-            if expr is not None:
-                _compile_expr(expr)
-        if self.flops_on not in FLOPS_ON_KEYS:  # a typo would silently drop (GPU) or change (CPU) the compute term
-            raise ValueError(f"flops_on {self.flops_on!r} is not a peak_flops key: one of {list(FLOPS_ON_KEYS)}")
-        return self
-
-    @property
-    def is_empty(self) -> bool:
-        """Whether it says nothing (the defaults: bytes from shapes, no FLOPs, no transcendentals): a task without
-        a cost model, whose FLOPs `Definition.cost_of` counts on a torch reference instead. A task folder written
-        by `ksearch tasks import` carries this empty model and stays without one."""
-        return self.bytes is None and self.flops.strip() == "0" and self.transcendentals.strip() == "0"
 
 
 class Definition(_Record):
@@ -368,7 +333,7 @@ class Definition(_Record):
                 nbytes += math.prod(shape) * DTYPE_BYTES[spec.dtype]
         return nbytes
 
-    def cost_of(self, workload: "Workload") -> "WorkloadCost":
+    def cost_of(self, workload: "Workload") -> WorkloadCost:
         """Bytes, FLOPs and transcendentals a workload must move or compute, and where the figures come from
         (``source``): the task's cost model where it gives one (`COST_ANNOTATION`); else, for a torch reference,
         the FLOPs torch's FlopCounterMode counts on it (`ksearch.tasks.flops`; cached per workload shape); else
@@ -389,32 +354,6 @@ class Definition(_Record):
             return WorkloadCost(bytes=nbytes, flops=0.0, transcendentals=0.0,
                                 source=f"{COST_BYTES_ONLY} (FLOPs not counted: {counted.note[:120]})")
         return WorkloadCost(bytes=nbytes, flops=0.0, transcendentals=0.0, source=COST_BYTES_ONLY)
-
-
-#: `WorkloadCost.source` of a task's own cost model
-COST_ANNOTATION = "annotation: the task's cost model"
-#: `WorkloadCost.source` without FLOPs: the floor counts bytes only
-COST_BYTES_ONLY = "bytes only"
-
-
-def join_cost_sources(sources: list[str], most: int = 3) -> str:
-    """Distinct `WorkloadCost.source` texts joined for a caption: the first ``most``, then how many more (a
-    reason naming each workload, such as a missing blob, would otherwise print once per workload)."""
-    sources = list(dict.fromkeys(sources))
-    more = len(sources) - most
-    return "; ".join(sources[:most]) + (f"; and {more} more (one per workload)" if more > 0 else "")
-
-
-class WorkloadCost(BaseModel):
-    """What one call of a workload must do: ``bytes`` moved, ``flops``, ``transcendentals`` (counts); ``flops_on``:
-    the ``peak_flops`` key of the units the FLOPs can run on (CostModel); ``source``: where the figures come from
-    (`Definition.cost_of`: the task's annotation, torch's FLOP counter, or bytes only)."""
-
-    bytes: float
-    flops: float
-    transcendentals: float
-    flops_on: str = "float32"
-    source: str = COST_ANNOTATION
 
 
 class RandomInput(_Record):
@@ -457,70 +396,3 @@ class Workload(_Record):
     @property
     def label(self) -> str:
         return self.name or ",".join(f"{k}={v}" for k, v in self.axes.items())
-
-
-# -- safe expressions over axes -------------------------------------------------------------------
-
-_ALLOWED_NODES = (
-    ast.Expression, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Name, ast.Load, ast.Constant,
-    ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.USub, ast.UAdd,
-    ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.And, ast.Or, ast.Not, ast.IfExp,
-    ast.Call,
-)
-_ALLOWED_CALLS = {"min": min, "max": max, "abs": abs, "ceil": math.ceil, "floor": math.floor, "log2": math.log2}
-
-
-#: largest integer power an expression may compute, in bits (``9**9**9`` would take minutes and gigabytes)
-_MAX_POW_BITS = 4096
-
-
-def _pow(base, exponent):
-    """``base ** exponent``, refusing integer powers of more than `_MAX_POW_BITS` bits."""
-    if isinstance(base, int) and isinstance(exponent, int) and abs(base) > 1 and exponent > 0 \
-            and exponent * math.log2(abs(base)) > _MAX_POW_BITS:
-        raise OverflowError(f"{base} ** {exponent} has more than {_MAX_POW_BITS} bits")
-    return base ** exponent
-
-
-class _BoundedPow(ast.NodeTransformer):
-    """Rewrites ``a ** b`` as ``_pow(a, b)``."""
-
-    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
-        self.generic_visit(node)
-        if isinstance(node.op, ast.Pow):
-            call = ast.Call(func=ast.Name("_pow", ast.Load()), args=[node.left, node.right], keywords=[])
-            return ast.copy_location(call, node)
-        return node
-
-
-def _compile_expr(expr: str):
-    try:
-        tree = ast.parse(expr, mode="eval")
-    except SyntaxError as e:
-        raise ValueError(f"expression {expr!r} is not valid Python: {e.msg}") from None
-    for node in ast.walk(tree):
-        if not isinstance(node, _ALLOWED_NODES):
-            raise ValueError(f"expression {expr!r} uses {type(node).__name__}, which is not allowed")
-        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in _ALLOWED_CALLS):
-            raise ValueError(f"expression {expr!r} calls something other than {sorted(_ALLOWED_CALLS)}")
-    tree = ast.fix_missing_locations(_BoundedPow().visit(tree))
-    return compile(tree, "<expr>", "eval")
-
-
-def eval_expr(expr: str, values: dict[str, Any]) -> Any:
-    """Evaluate an arithmetic/comparison expression over axis values (no attribute access, no imports).
-
-    Raises:
-        TaskError: the expression is malformed, names an unknown axis, or fails on these values (division by
-            zero, an integer power beyond `_MAX_POW_BITS` bits, a bad argument to a function).
-    """
-    try:
-        code = _compile_expr(expr)
-    except ValueError as e:
-        raise TaskError(str(e)) from None
-    try:
-        return eval(code, {"__builtins__": {}}, {**_ALLOWED_CALLS, **values, "_pow": _pow})  # noqa: S307 - AST-checked
-    except NameError as e:
-        raise TaskError(f"expression {expr!r}: {e} (axes: {sorted(values)})") from None
-    except (ArithmeticError, TypeError, ValueError) as e:
-        raise TaskError(f"expression {expr!r} fails for {values}: {type(e).__name__}: {e}") from None
