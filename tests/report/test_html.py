@@ -12,6 +12,7 @@ import functools
 import json
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -59,8 +60,10 @@ def test_the_tree_layout_centres_a_parent_over_its_children():
 
 def _small_run(home: Path, args: list[str]) -> str:
     """A real `ksearch run` on the null target, made cheap as tests/targets/test_null.py makes it: one check,
-    quick timing, a hand-made hardware spec (no probes). Returns the run's directory."""
+    quick timing, a hand-made hardware spec (no probes), fewer pings calibrating the clock. Returns the run's
+    directory."""
     import ksearch.cli.run_cmd as run_cmd
+    from ksearch.eval import timing
     from ksearch.run.controller import RunConfig
     from tests.targets.test_null import NULL, QUICK, SPEC
 
@@ -69,6 +72,7 @@ def _small_run(home: Path, args: list[str]) -> str:
         mp.setenv("KSEARCH_BUSY_WAIT_S", "0")
         mp.setattr(run_cmd, "RunConfig", functools.partial(RunConfig, checks=1, timing=QUICK))
         mp.setattr(type(NULL), "hardware_spec", lambda self: SPEC)
+        mp.setattr(timing, "PINGS", 4)  # the clock's calibration per worker: 24 round trips, seconds on a busy machine
         r = runner.invoke(app, ["run", "selective-scan", "--target", "null", "-w", "tiny", "--json", *args])
     assert r.exit_code == 0, r.output
     return str(home / "runs" / json.loads(r.output[r.output.index("{"):])["run_id"])
@@ -76,7 +80,7 @@ def _small_run(home: Path, args: list[str]) -> str:
 
 def _null_responder(state: Path):
     """The e2e model stand-in (valid tree edits, with its prose and cut-off JSON faults) answering coder prompts
-    with the null target's naive kernel marked with the node (every kernel distinct), the third one broken."""
+    with the null target's naive kernel marked with the node (every kernel distinct), the second one broken."""
     from ksearch.targets.null import naive_source
     from ksearch.tasks import load_task
     from tests.e2e.responder import Responder
@@ -90,7 +94,7 @@ def _null_responder(state: Path):
         count[0] += 1
         node = re.search(r"node (\S+)", next(m["content"] for m in messages if m["role"] == "user"))
         mark = f"# ksearch report test: node {node.group(1) if node else '?'} #{count[0]}"
-        if count[0] == 3:
+        if count[0] == 2:
             return f"```python\n{mark}\ndef run(u, delta:\n    oops </script>\n```\n"
         return f"Here it is.\n\n```python\n{mark}\n{naive}```\n"
 
@@ -99,16 +103,16 @@ def _null_responder(state: Path):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Two real runs: the patterns proposer (4 evaluations) and the llm proposer through a scripted
-    OpenAI-compatible server (3 evaluations, one of which does not compile); their directories."""
+    """Two real runs: the patterns proposer (3 evaluations) and the llm proposer through a scripted
+    OpenAI-compatible server (2 evaluations, the second of which does not compile); their directories."""
     from tests.conftest import fresh_home
     from tests.e2e.test_llm_search import responding
     from tests.llm.fakes import ScriptedOpenAIServer
 
     home = fresh_home(tmp_path_factory.mktemp("report-home"))
-    patterns = _small_run(home, ["--budget", "4"])
+    patterns = _small_run(home, ["--budget", "3"])
     with responding(ScriptedOpenAIServer)(_null_responder(home / "state.json"), {}) as srv:
-        llm = _small_run(home, ["--budget", "3", "--model", "gpt-4o-mini", "--base-url", srv.base_url])
+        llm = _small_run(home, ["--budget", "2", "--model", "gpt-4o-mini", "--base-url", srv.base_url])
     return {"home": home, "patterns": patterns, "llm": llm}
 
 
@@ -155,6 +159,72 @@ def test_an_unknown_id_is_a_clean_error(runs, monkeypatch):
     monkeypatch.setenv("KSEARCH_HOME", str(runs["home"]))
     r = runner.invoke(app, ["report", "no-such-run"])
     assert r.exit_code != 0 and "no run 'no-such-run'" in str(r.exception)
+
+
+def _cut(run_dir: str, dest: Path, keep: int) -> Path:
+    """A copy of the run as it stood after ``keep`` evaluations, still running: later evaluations, snapshots, the
+    final measurements and the report gone."""
+    import sqlite3
+
+    shutil.copytree(run_dir, dest)
+    db = sqlite3.connect(dest / "run.sqlite")
+    with db:
+        for sql in ("DELETE FROM evaluations WHERE seq > ?", "DELETE FROM snapshots WHERE seq > ?"):
+            db.execute(sql, (keep,))
+        db.execute("DELETE FROM reports")
+        db.execute("DELETE FROM baselines WHERE name = 'final'")
+        db.execute("UPDATE runs SET status = 'running'")
+    db.close()
+    return dest
+
+
+@pytest.mark.parametrize("keep", [0, 1])
+def test_a_run_in_progress_is_drawn_from_the_search_alone(runs, tmp_path, keep):
+    from ksearch.report.html import render_run
+
+    store = open_run(str(_cut(runs["patterns"], tmp_path / "run", keep)))
+    try:
+        text = render_run(store, live_s=3)
+    finally:
+        store.close()
+    assert "No final measurement yet" in text and "reloads itself every 3" in text
+    assert "location.reload()" in text and "<table id=\"final\">" not in text
+    figures = json.loads(re.search(r'id="ks-figures">(.*?)</script>', text, re.S).group(1))
+    best = next(t for t in figures["curve-evals"]["data"] if t["name"] == "best so far")
+    assert len(best.get("x", [])) == keep
+    roofline = [k for k in figures if k.startswith("roofline-")]
+    assert roofline and "in-search evaluations" in json.dumps(figures[roofline[0]]["layout"]["title"])
+
+
+def test_live_rewrites_the_page_while_a_process_holds_the_run_and_stops_after(runs, tmp_path):
+    """A process holds the run's lock (as `ksearch run` does); its status changes: the page is written again; the
+    lock is let go: the last page, without the reload, and the command ends."""
+    import fcntl
+    import threading
+
+    from ksearch.store.db import Store
+
+    run = _cut(runs["patterns"], tmp_path / "run", 3)
+    lock = open(run / "lock", "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+
+    def the_run():
+        time.sleep(1.5)
+        store = Store(run / "run.sqlite")
+        store.set_status("finished")
+        store.close()
+        time.sleep(1.5)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+
+    t = threading.Thread(target=the_run)
+    t.start()
+    r = runner.invoke(app, ["report", str(run), "--live", "--every", "1"])
+    t.join()
+    assert r.exit_code == 0, r.output
+    assert "3 evaluations, finished: wrote" in r.output and "no longer reloading" in r.output
+    text = (run / "report.html").read_text()
+    assert "location.reload()" not in text and "<b id=\"run-status\">finished</b>" in text
 
 
 # -- in a real browser ------------------------------------------------------------------------------------------
