@@ -23,13 +23,16 @@ from pathlib import Path
 from ksearch.errors import ConfigError
 
 
-def home_dir() -> Path:
-    """ksearch's state directory (created if missing).
+def home_dir(writable: bool = True) -> Path:
+    """ksearch's state directory (created if missing); ``writable=False``: its path as it is, for commands that
+    only read (`ksearch runs list`, `ksearch show` work on a read-only home).
 
     Raises:
         ConfigError: it cannot be created or is not a writable directory.
     """
     path = Path(os.environ.get("KSEARCH_HOME") or Path.home() / ".cache" / "ksearch").expanduser()
+    if not writable:
+        return path
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:

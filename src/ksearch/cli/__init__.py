@@ -61,7 +61,14 @@ def main() -> None:
     commands that have something to say about it (run, resume, eval) catch it themselves.
     """
     try:
-        app()
+        try:
+            app()
+        except OSError as e:  # a full disk, a quota, permissions, a read-only home: one line, never a traceback
+            from ksearch.errors import StoreWriteError, storage_failure
+
+            if not storage_failure(e):
+                raise
+            raise StoreWriteError(f"{e.strerror or e}: {e.filename}" if e.filename else str(e)) from None
     except KsearchError as e:
         from rich.console import Console
         from rich.markup import escape

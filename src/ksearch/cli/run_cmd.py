@@ -15,7 +15,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from ksearch.cli.options import (EXECUTOR_HELP, RAY_ADDRESS_HELP, STRATEGY_HELP, TASK_HELP, TIME_LIMIT_HELP,
                                  WORKERS_HELP, WORKLOADS_FILE_HELP, executor_settings, llm_settings, positive_seconds,
                                  refuse, strategy_kind, targets_help, workloads_args)
-from ksearch.errors import LLMBudgetExhausted, LLMError, LLMUnavailable
+from ksearch.errors import LLMBudgetExhausted, LLMError, LLMUnavailable, StoreWriteError, storage_failure
 from ksearch.llm.settings import infer_backend
 from ksearch.records import FinalReport
 from ksearch.report.summary import decision_path, summary_table, verdict_lines
@@ -115,11 +115,31 @@ def _drive(session: Session, as_json: bool, time_limit_s: float | None = None) -
                 typer.echo(json.dumps({"run_id": session.run_id, "status": "stopped", "reason": str(e),
                                        "evaluations": c.evaluations}, indent=2))
             raise typer.Exit(3) from None
+        except (StoreWriteError, OSError) as e:  # a full disk, a quota, permissions, the run's file removed
+            if isinstance(e, OSError) and not storage_failure(e):
+                raise
+            bar.stop()
+            _stopped_by_storage(session, e, as_json)
         bar.update(job, now="done")
     _print_summary(session, summary, as_json)
     if c.time_limited and not as_json:  # the bar's line is overwritten by the final stage: say it at the end
         err.print(f"stopped by the time limit ({time_limit_s:g} s) after {c.evaluations} of {session.cfg.budget} "
                   f"evaluations; continue with [bold]ksearch resume {session.run_id}[/]", highlight=False)
+
+
+def _stopped_by_storage(session: Session, e: OSError | StoreWriteError, as_json: bool) -> None:
+    """A run stopped by its storage: one line saying why and how to go on, exit 3 (resumable: every committed
+    evaluation is in the store)."""
+    try:
+        session.store.set_status("stopped")
+    except Exception:  # the same disk: the run reads as stopped anyway once no process holds its lock
+        pass
+    what = str(e) if isinstance(e, StoreWriteError) else f"{e.strerror or e}: {e.filename or ''}".rstrip(": ")
+    err.print(f"\nstopped: {escape(what)}; once that is fixed, continue with [bold]ksearch resume "
+              f"{session.run_id}[/]", highlight=False, soft_wrap=True)
+    if as_json:
+        typer.echo(json.dumps({"run_id": session.run_id, "status": "stopped", "reason": what}, indent=2))
+    raise typer.Exit(3) from None
 
 
 def step_lines(r: StepReport, workers: int = 1) -> list[str]:
@@ -330,7 +350,13 @@ def run_command(
                                             spawn=proposer == "llm" and strategy != "worldmodel"),
                     **executor_settings(workers, executor, ray_address))
     with Session.create(cfg) as session:
-        _drive(session, as_json, time_limit)
+        try:
+            _drive(session, as_json, time_limit)
+        except typer.Exit:  # stopped on purpose (Ctrl-C, an llm limit, the storage): resumable
+            raise
+        except Exception:  # it could not start (the naive kernel failed its check, ...): nothing left behind
+            session.discard_if_unstarted()
+            raise
 
 
 def _pack_or_hint(task: str, workloads_file: str | None, target: str) -> None:

@@ -39,7 +39,7 @@ def show_command(
 
     if (source or diff) and not node:
         raise StoreError("--source and --diff show one node's kernel: give its id with --node (e.g. --node n7)")
-    store = open_run(run)
+    store = open_run(run, readonly=True)
     try:
         info = store.run()
         cfg = run_config(store)
@@ -49,17 +49,9 @@ def show_command(
         if node:
             _show_node(store, info["id"], tree, node, source, diff, as_json)
             return
-        final = store.baseline("final")
         calls = store.llm_calls() if llm else None
         kernels = {e.candidate_id: store.candidate(e.candidate_id) for _, _, e in evals} if as_json else {}
-        report = None
-        if not as_json and final and final.get("naive"):
-            # the report kept when the run finished; rebuilt from the final measurements for a run finished before
-            # reports were kept (or killed between the two writes)
-            measured, report = store.final(), store.report()
-            if measured is not None and (report is None or report.best_candidate_id != measured.best_candidate_id):
-                best_node = tree.best() if tree else None
-                report = FinalReport.build(info, len(evals), best_node.id if best_node else None, measured)
+        final, report, damaged = _final(store, info, tree, len(evals), as_json)
     finally:
         store.close()
     if as_json:
@@ -93,6 +85,8 @@ def show_command(
                   highlight=False, markup=False)
     best = tree.best()
     out.print(tree_view(tree, best.id if best else None, show_open))
+    if damaged:
+        out.print(damaged, highlight=False, markup=False)
     if report is not None:
         out.print(summary_table(report))
         for line in verdict_lines(report):
@@ -105,6 +99,39 @@ def show_command(
         for s, n, e in failures[:20]:
             out.print(f"  [{s}] {n}: {e.status.value}: {e.message.splitlines()[0][:150] if e.message else ''}",
                       highlight=False, markup=False)
+
+
+def _final(store, info: dict, tree, evaluations: int, as_json: bool) -> tuple[object, FinalReport | None, str]:
+    """The final stage's row as stored (for --json), the run's report (None: not finished, or with --json) and a
+    line saying what of the final measurements or report cannot be shown ('' when all can): a damaged row is said,
+    never a traceback, and the rest of the run is shown."""
+    notes = []
+    try:
+        final = store.baseline("final")
+    except StoreError as e:
+        final = None
+        notes.append(f"the final measurements do not decode: {e}")
+    if as_json:
+        return final, None, "; ".join(notes)
+    measured = report = None
+    if isinstance(final, dict) and final.get("naive"):
+        try:
+            measured = store.final()
+        except StoreError as e:
+            notes.append(f"the final measurements do not decode: {e}")
+    elif final is not None and not isinstance(final, dict):
+        notes.append(f"the final measurements do not decode: {json.dumps(final)[:80]} is not an object")
+    if final is not None or notes:
+        try:
+            report = store.report()
+        except StoreError as e:
+            notes.append(f"the final report does not decode: {e}")
+    # the report kept when the run finished; rebuilt from the final measurements for a run finished before reports
+    # were kept (or killed between the two writes)
+    if measured is not None and (report is None or report.best_candidate_id != measured.best_candidate_id):
+        best_node = tree.best() if tree else None
+        report = FinalReport.build(info, evaluations, best_node.id if best_node else None, measured)
+    return final, report, "; ".join(notes)
 
 
 def _kernel_json(c: Candidate | None) -> dict | None:

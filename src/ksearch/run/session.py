@@ -15,7 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from ksearch.errors import BaselineNotForTarget, BaselineUnavailable, SearchError, StoreError, TaskError
+from ksearch.errors import (BaselineNotForTarget, BaselineUnavailable, SearchError, StoreError, StoreWriteError,
+                            TaskError)
 from ksearch.eval.baselines import time_baseline
 from ksearch.eval.evaluator import EvalConfig, Evaluator
 from ksearch.records import (Candidate, Evaluation, FinalMeasurements, FinalReport, HiddenWorkloads, Status,
@@ -77,6 +78,7 @@ class Session:
         self.store, self.cfg = store, cfg
         self.progress = progress or (lambda m: None)
         self.dir = store.path.parent
+        self._created = self._discard = False  # made by `create` in this process; removed on close (not started)
         self._lock = lock or _lock(self.dir)
         try:
             target = get_target(cfg.target)
@@ -121,15 +123,25 @@ class Session:
         if cfg.workloads_file:
             cfg = cfg.model_copy(update={"workloads_file": str(Path(cfg.workloads_file).resolve())})
         run_id = new_run_id(task.name)
-        store = Store(run_dir(run_id) / "run.sqlite", create=True)
+        try:
+            where = run_dir(run_id)
+        except OSError as e:  # $KSEARCH_HOME/runs cannot be made (read-only, full, not ours)
+            raise StoreWriteError(f"cannot create a run under {e.filename or '$KSEARCH_HOME'}: "
+                                  f"{e.strerror or e}") from None
+        try:
+            store = Store(where / "run.sqlite", create=True)
+        except BaseException:
+            shutil.rmtree(where, ignore_errors=True)
+            raise
         try:
             store.create_run(run_id, task.name, cfg.target, cfg.model_dump(mode="json"), environment(), None)
             session = cls(store, cfg, progress)
             store.set_hardware(session.hardware.model_dump(mode="json"))
         except BaseException:
             store.close()
-            shutil.rmtree(run_dir(run_id), ignore_errors=True)
+            shutil.rmtree(where, ignore_errors=True)
             raise
+        session._created = True
         return session
 
     @classmethod
@@ -179,6 +191,23 @@ class Session:
         self.evaluator.close()  # its spare workers and input files
         self._lock.close()
         self.store.close()
+        if self._discard:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def discard_if_unstarted(self) -> bool:
+        """A run this process created that failed before anything worth keeping was written (no tree, no
+        evaluation, no llm call: the naive kernel failed its check, say) is removed when the session closes, so
+        that a run that could not start leaves no directory behind. Returns whether it will be."""
+        if not self._created:
+            return False
+        try:
+            db = self.store.db
+            kept = sum(db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+                       for t in ("snapshots", "evaluations", "llm_calls"))
+        except Exception:  # unreadable: keep it, the error that brought us here is what the user sees
+            return False
+        self._discard = kept == 0
+        return self._discard
 
     def __enter__(self) -> "Session":
         return self

@@ -13,9 +13,11 @@ from ksearch.errors import StoreError
 from ksearch.store.db import Store
 
 
-def runs_dir() -> Path:
-    path = config.home_dir() / "runs"
-    path.mkdir(parents=True, exist_ok=True)
+def runs_dir(create: bool = True) -> Path:
+    """``$KSEARCH_HOME/runs``, made when ``create`` (a read-only command leaves a home it cannot write as it is)."""
+    path = config.home_dir(writable=create) / "runs"
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
     return path
 
 
@@ -30,26 +32,38 @@ def run_dir(run_id: str) -> Path:
     return runs_dir() / run_id
 
 
-def open_run(run: str) -> Store:
-    """Open a run by id, unique id prefix, or path to its directory or run.sqlite.
+def find_run(run: str) -> Path:
+    """The run.sqlite of a run given by id, unique id prefix, or path to its directory or run.sqlite.
 
     Raises:
         StoreError: no such run, or a prefix that matches several.
     """
     p = Path(run)
     if p.is_file():
-        return Store(p)
+        return p
     if (p / "run.sqlite").is_file():
-        return Store(p / "run.sqlite")
-    exact = run_dir(run) / "run.sqlite"
+        return p / "run.sqlite"
+    where = runs_dir(create=False)
+    exact = where / run / "run.sqlite"
     if exact.is_file():
-        return Store(exact)
-    matches = [d for d in runs_dir().iterdir() if d.name.startswith(run) and (d / "run.sqlite").is_file()]
+        return exact
+    found = where.iterdir() if where.is_dir() else []
+    matches = [d for d in found if d.name.startswith(run) and (d / "run.sqlite").is_file()]
     if len(matches) == 1:
-        return Store(matches[0] / "run.sqlite")
+        return matches[0] / "run.sqlite"
     if len(matches) > 1:
         raise StoreError(f"run {run!r} is ambiguous: {', '.join(sorted(m.name for m in matches)[:5])}")
-    raise StoreError(f"no run {run!r} in {runs_dir()} (see `ksearch runs list`)")
+    raise StoreError(f"no run {run!r} in {where} (see `ksearch runs list`)")
+
+
+def open_run(run: str, readonly: bool = False) -> Store:
+    """Open a run by id, unique id prefix, or path to its directory or run.sqlite (`find_run`); ``readonly``:
+    for commands that only read it (`Store`'s read-only mode: works where the run cannot be written).
+
+    Raises:
+        StoreError: no such run, or a prefix that matches several, or a file that is not a usable store.
+    """
+    return Store(find_run(run), readonly=readonly)
 
 
 def list_runs() -> list[dict]:
@@ -57,13 +71,14 @@ def list_runs() -> list[dict]:
     status, evaluations, best score, dates. A run marked ``running`` whose lock no process holds was killed:
     its status reads ``stopped`` (`ksearch resume` continues it). A run whose store cannot be read has status
     ``unreadable`` and the reason in ``error``."""
-    rows = []
-    for d in runs_dir().iterdir():
+    rows: list[dict] = []
+    where = runs_dir(create=False)
+    for d in where.iterdir() if where.is_dir() else []:
         f = d / "run.sqlite"
         if not f.is_file():
             continue
         try:
-            store = Store(f)
+            store = Store(f, readonly=True)
         except StoreError as e:
             rows.append({"id": d.name, "status": "unreadable", "error": str(e)})
             continue
