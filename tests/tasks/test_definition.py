@@ -167,6 +167,8 @@ AXES = {"batch": 1, "dim": 4, "dstate": 4, "seqlen": 8}
     ({"name": "big", "axes": {**AXES, "batch": 100000}}, "batch=100000; 'selective-scan' allows in \\[1, 8\\]"),
     ({"name": "tiny", "axes": {**AXES, "dim": 8}}, "two workloads named 'tiny'"),
     ({"name": "typo", "axes": AXES, "inputs": {"uu": {"type": "random"}}}, "gives input 'uu', which"),
+    ({"name": "ax", "axes": {**AXES, "seqlne": 9}}, r"gives axis 'seqlne', which 'selective-scan' does not have; "
+                                                   r"its axes: \['batch', 'dim', 'dstate', 'seqlen'\]"),
     ({"name": "sc", "axes": AXES, "inputs": {"u": {"type": "scalar", "value": 3}}}, "a scalar for input 'u'"),
     ({"name": "d1", "axes": AXES, "distributions": {"dt": {"kind": "normal"}}}, "distribution for input 'dt', which"),
     ({"name": "d2", "axes": AXES, "distributions": {"delta": {"kind": "integers", "low": 0, "high": 9}}},

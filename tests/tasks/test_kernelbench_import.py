@@ -260,3 +260,51 @@ def test_a_problem_whose_top_level_never_finishes_or_exits_is_a_task_error(tmp_p
         load_task(write(tmp_path, "while True:\n    pass\n\nclass Model:\n    pass\n"))
     with pytest.raises(TaskError, match=r"does not run: SystemExit: 5"):
         load_task(write(tmp_path, "import sys\nsys.exit(5)\n\nclass Model:\n    pass\n"))
+
+
+#: a level-3 look-alike (ksearch's own, not a KernelBench file): state kept as a plain tensor attribute, a forward
+#: argument named ``output``, and a constant named like the input generator's ``seed`` argument
+STATEFUL = '''import torch
+import torch.nn as nn
+
+seed = 4
+batch_size = 4
+hidden = 8
+
+
+class Model(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.h0 = torch.randn(batch_size, hidden)
+        self.scale = nn.Parameter(torch.randn(hidden))
+
+    def forward(self, x, output):
+        self.h0 = self.h0.to(x.device)
+        return x * self.scale + self.h0 + output
+
+
+def get_inputs():
+    return [torch.randn(batch_size, hidden), torch.randn(batch_size, hidden)]
+
+
+def get_init_inputs():
+    return [hidden]
+'''
+
+
+def test_plain_tensor_state_an_output_argument_and_a_seed_constant_load_and_judge(tmp_path):
+    (tmp_path / "rnn_like.py").write_text(STATEFUL)
+    task = load_task(tmp_path / "rnn_like.py")
+    d = task.definition
+    assert list(d.inputs) == ["x", "output", "scale", "h0"] and list(d.outputs) == ["result"]
+    assert list(d.axes) == ["batch_size", "hidden"]  # never `seed`: generate(seed, **axes) takes the seed
+    assert d.inputs["h0"].description == "the module's tensor attribute 'h0'"
+    one, two = (make_inputs(d, task.workloads[0], s) for s in (1, 2))
+    assert not np.array_equal(one["h0"], two["h0"])  # drawn under each check's seed, as the weights are
+    kernel = "def run(x, output, scale, h0, result, batch_size, hidden):\n    result[:] = x * scale + h0 + output\n"
+    ev = Evaluator(task, target="null", config=EvalConfig(seeds=[3, 4], timeout_s=20.0, timing=QUICK))
+    try:
+        res = ev.evaluate(Candidate(target="null", sources={"kernel.py": kernel}), timing=False)
+    finally:
+        ev.close()
+    assert res.status is Status.PASSED, res.workloads[0].message

@@ -37,8 +37,11 @@ class ModelNew(Model):
 
     def forward(self, *args):
         named = dict(zip(_PROBLEM["_KSEARCH_FORWARD"], args))
-        state = dict(self.named_parameters())
-        state.update(self.named_buffers())
+        if "_ksearch_state_of" in _PROBLEM:  # parameters, buffers and plain tensor attributes (level 3's h0)
+            state = _PROBLEM["_ksearch_state_of"](self)
+        else:  # a task imported before plain tensor attributes were inputs
+            state = dict(self.named_parameters())
+            state.update(self.named_buffers())
         named.update({name: state[path] for name, path in _PROBLEM["_KSEARCH_STATE"].items()})
         out = _call(named)
         return out[0] if len(out) == 1 else out

@@ -249,9 +249,14 @@ class Definition(_Record):
         """All axis values (const and var) for a workload, in definition order.
 
         Raises:
-            TaskError: a var axis is missing from the workload or outside its range (negative, or outside the
-                axis' ``min``/``max``), a const axis given another value, or a constraint does not hold.
+            TaskError: the workload names an axis the definition does not have, a var axis is missing from the
+                workload or outside its range (negative, or outside the axis' ``min``/``max``), a const axis given
+                another value, or a constraint does not hold.
         """
+        unknown = [k for k in workload.axes if k not in self.axes]
+        if unknown:  # a typo would leave the axis it meant at its default, or missing, and say nothing
+            raise TaskError(f"workload {workload.label!r} gives axis {', '.join(map(repr, unknown))}, which "
+                            f"{self.name!r} does not have; its axes: {list(self.axes)}")
         values: dict[str, int] = {}
         for name, ax in self.axes.items():
             given = workload.axes.get(name)

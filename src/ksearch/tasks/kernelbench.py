@@ -4,12 +4,15 @@ A problem file defines ``class Model(nn.Module)``, ``get_inputs()`` (the forward
 ``get_init_inputs()`` (the constructor's), with the sizes as module-level constants. It loads as:
 
 - inputs: the forward's arguments (named after ``Model.forward``'s parameters), then every parameter and buffer of
-  ``Model(*get_init_inputs())`` (named by their path, dots as underscores: ``gemm.weight`` -> ``gemm_weight``), so
-  a kernel receives the weights; outputs: ``output`` (``output0``, ``output1``, ... for a tuple);
+  ``Model(*get_init_inputs())`` and every tensor it keeps as a plain attribute (level 3's ``self.h0 =
+  torch.randn(...)``; named by their path, dots as underscores: ``gemm.weight`` -> ``gemm_weight``), so a kernel
+  receives the weights and that state; outputs: ``output`` (``output0``, ``output1``, ... for a tuple), ``result``
+  where the forward has an argument of that name (``out`` where it has both);
 - axes: every dimension of an input or output, ``const`` (a problem fixes its sizes), named after the first
   module-level integer constant of that value (in source order, the first not yet used by the same tensor; a
-  dimension of 1 is never named after one), else ``<tensor>_d<i>``. Where constants share a value the name is a
-  guess (``in_features`` may name an ``out_features`` dimension), the value is right either way;
+  dimension of 1 is never named after one; never one named like an input or ``seed``), else ``<tensor>_d<i>``.
+  Where constants share a value the name is a guess (``in_features`` may name an ``out_features`` dimension), the
+  value is right either way;
 - one workload, ``problem-sizes`` (``scaled-sizes`` where `load_kernelbench`'s ``sizes`` override constants);
 - inputs per (workload, seed) made by the problem itself, as KernelBench's harness makes them:
   ``torch.manual_seed(seed); get_inputs()``, then ``torch.manual_seed(seed); Model(*get_init_inputs())`` for the
@@ -52,9 +55,11 @@ _WRAPPER = '''
 
 # --- added by ksearch's KernelBench importer: the forward with its weights as inputs, and the inputs' generator
 _KSEARCH_FORWARD = {forward!r}  # the forward's arguments, in order
-_KSEARCH_STATE = {state!r}  # input name -> the module's parameter or buffer
+_KSEARCH_STATE = {state!r}  # input name -> the module's parameter, buffer or plain tensor attribute
 _KSEARCH_MODEL = []
 
+
+{state_of}
 
 def _ksearch_model():
     import torch
@@ -80,8 +85,7 @@ def generate(seed, **axes):
     values = dict(zip(_KSEARCH_FORWARD, get_inputs()))
     torch.manual_seed(seed)
     model = Model(*get_init_inputs())
-    tensors = dict(model.named_parameters())
-    tensors.update(model.named_buffers())
+    tensors = _ksearch_state_of(model)
     values.update({{name: tensors[path].detach() for name, path in _KSEARCH_STATE.items()}})
     return values
 '''
@@ -254,6 +258,36 @@ def _constructor(ns: dict) -> str:
     return f"Model({text})"
 
 
+def _ksearch_state_of(model):
+    """path -> tensor of what a kernel receives besides the forward's arguments: the module's parameters, its
+    buffers, and the tensors it keeps as plain attributes (KernelBench's level-3 RNNs: ``self.h0 = torch.randn(...)``
+    in the constructor), which the reference then takes from the inputs as it takes the weights. Its source is
+    carried in the task's reference and generator (the wrapper), so a written task folder stands alone."""
+    import torch
+
+    tensors = dict(model.named_parameters())
+    tensors.update(model.named_buffers())
+    for prefix, mod in model.named_modules():
+        for key, value in vars(mod).items():
+            if isinstance(value, torch.Tensor) and not key.startswith("_"):
+                tensors.setdefault(f"{prefix}.{key}" if prefix else key, value)
+    return tensors
+
+
+#: names a kernel's arguments share with the outputs (an input may not take them) and the generator's ``seed``
+RESERVED = ("seed",)
+
+
+def output_names(count: int, taken: set[str]) -> list[str]:
+    """The outputs' names: ``output`` (``output0``, ``output1``, ... for a tuple), else, where the forward already
+    has an argument of that name, ``result`` (``result0``, ...), else ``out``."""
+    for base in ("output", "result", "out"):
+        names = [base] if count == 1 else [f"{base}{i}" for i in range(count)]
+        if not taken & set(names):
+            return names
+    raise TaskError(f"the forward's arguments {sorted(taken)} take every output name ksearch would give")
+
+
 def load_kernelbench(path: Path, workloads: Path | None = None, sizes: dict[str, int] | None = None) -> Task:
     """A KernelBench problem file as a Task (see the module docstring).
 
@@ -292,7 +326,18 @@ def load_kernelbench(path: Path, workloads: Path | None = None, sizes: dict[str,
                             f"{CPU_FALLBACK_BYTES // 2**20} MiB built on the CPU to learn its shapes: shrink its "
                             "sizes with PROBLEM.py:NAME=VALUE,...") from None
         args, model, out = _instantiate(ns, origin, "cpu")
-    constants = [(n, ns[n]) for n in _constants(tree) if type(ns.get(n)) is int and ns[n] > 1]
+    params = [p for p in inspect.signature(model.forward).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    forward = [p.name for p in params[:len(args)]] + [f"input{i}" for i in range(len(params), len(args))]
+    tensors = _ksearch_state_of(model)
+    state: dict[str, str] = {}  # input name -> the tensor's path in the module
+    for path_ in tensors:
+        name = path_.replace(".", "_")
+        state[f"param_{name}" if name in forward else name] = path_
+    # an axis shares the kernel's arguments with the inputs (and the generator's with its seed): a constant named
+    # like one of them does not name an axis
+    taken = set(forward) | set(state) | set(RESERVED)
+    constants = [(n, ns[n]) for n in _constants(tree) if type(ns.get(n)) is int and ns[n] > 1 and n not in taken]
     axes: dict[str, ConstAxis] = {}
 
     def shape(name: str, t) -> list[str]:
@@ -314,26 +359,19 @@ def load_kernelbench(path: Path, workloads: Path | None = None, sizes: dict[str,
         kind = "bool" if isinstance(value, bool) else "int64" if isinstance(value, int) else "float64"
         return TensorSpec(shape=None, dtype=kind, description=what)
 
-    params = [p for p in inspect.signature(model.forward).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    forward = [p.name for p in params[:len(args)]] + [f"input{i}" for i in range(len(params), len(args))]
     inputs = {name: spec(name, a, f"the forward's argument {name!r}") for name, a in zip(forward, args)}
-    state: dict[str, str] = {}
-    for path_, t in [*model.named_parameters(), *model.named_buffers()]:
-        name = path_.replace(".", "_")
-        name = f"param_{name}" if name in inputs else name
-        state[name] = path_
-        kind = "parameter" if path_ in dict(model.named_parameters()) else "buffer"
-        inputs[name] = spec(name, t, f"the module's {kind} {path_!r}")
+    kinds = {**{p: "buffer" for p, _ in model.named_buffers()}, **{p: "parameter" for p, _ in model.named_parameters()}}
+    for name, path_ in state.items():
+        inputs[name] = spec(name, tensors[path_], f"the module's {kinds.get(path_, 'tensor attribute')} {path_!r}")
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
-    out_names = ["output"] if len(outs) == 1 else [f"output{i}" for i in range(len(outs))]
+    out_names = output_names(len(outs), set(inputs))
     outputs = {n: spec(n, o, "the forward's result" if len(outs) == 1 else f"the forward's result {i}")
                for i, (n, o) in enumerate(zip(out_names, outs))}
     if any(s.shape is None for s in outputs.values()):
         raise TaskError(f"{origin}: the forward returns a non-tensor; ksearch compares tensors")
     level = path.parent.name if path.parent.name.startswith("level") else None
     doc = inspect.getdoc(ns["Model"]) or ""
-    wrapper = _WRAPPER.format(forward=forward, state=state)
+    wrapper = _WRAPPER.format(forward=forward, state=state, state_of=inspect.getsource(_ksearch_state_of))
     try:
         definition = Definition(
             name=f"{level}-{path.stem}" if level else path.stem, op_type="kernelbench",
