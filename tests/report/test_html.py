@@ -322,27 +322,59 @@ def test_an_llm_node_shows_its_prompts_replies_tokens_and_cost_and_a_broken_kern
     assert page.errors == []
 
 
-def test_a_comparisons_page_draws_its_runs_curves_side_by_side(browser, runs, tmp_path, monkeypatch):
-    """An ablation manifest over the two runs (as `ksearch ablate` keeps it, without its re-timed results)."""
-    from ksearch.run.ablate import Ablation, AblationRun, save
+def _manifest(runs: dict, compare: bool):
+    """A comparison's manifest over the two runs as `ksearch compare` keeps it, with its stored results (the
+    re-timed table); or an ablation's (`ksearch ablate`) with a third run never started and no results."""
+    from ksearch.run.ablate import Ablation, AblationRun, ablation_dir, save
+    from ksearch.run.ablate_results import AblationResult, AblationRow
+    from ksearch.run.compare import CompareResult
     from ksearch.run.controller import RunConfig
 
+    cfg = RunConfig(task="selective-scan", target="null")
+    ids = {"a": Path(runs["patterns"]).name, "b": Path(runs["llm"]).name}
+    labels = {"a": "worldmodel-1", "b": "random-1"} if compare else {"a": "offline", "b": "full", None: "none"}
+    ab = Ablation(id=f"report-test-{'compare' if compare else 'ablate'}", created_at="2026-12-07T00:00:00+00:00",
+                  task="selective-scan", contexts=[] if compare else ["full", "none"], offline=not compare,
+                  config=cfg, runs=[AblationRun(label=labels[k], run_id=ids[k], status="finished") for k in "ab"]
+                  + ([] if compare else [AblationRun(label="none")]),
+                  variants={x: cfg for x in labels.values()} if compare else {},
+                  strategies=["worldmodel", "random"] if compare else [], repeats=1 if compare else 0)
+    if compare:
+        rows = [AblationRow(label=labels[k], run_id=ids[k], status="finished", evaluations=_facts(runs[r])[
+            "evaluations"], vs_naive=1.5) for k, r in (("a", "patterns"), ("b", "llm"))]
+        table = AblationResult(ablation_id=ab.id, task="selective-scan", target="null", budget=3, seed=0, rows=rows,
+                               date="2026-12-07")
+        path = ablation_dir(ab.id) / "results.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(CompareResult(table=table, strategies=ab.strategies, repeats=1).model_dump_json())
+        ab.results = str(path)
+    save(ab)
+    return ab
+
+
+def test_a_comparisons_page_draws_its_runs_curves_side_by_side_with_its_table(browser, runs, tmp_path,
+                                                                              monkeypatch):
     monkeypatch.setenv("KSEARCH_HOME", str(runs["home"]))
-    ids = {k: Path(runs[k]).name for k in ("patterns", "llm")}
-    save(Ablation(id="report-test-ablation", created_at="2026-12-07T00:00:00+00:00", task="selective-scan",
-                  contexts=["full"], offline=True, config=RunConfig(task="selective-scan", target="null"),
-                  runs=[AblationRun(label="full", run_id=ids["llm"], status="finished"),
-                        AblationRun(label="offline", run_id=ids["patterns"], status="finished"),
-                        AblationRun(label="none")]))
-    out = tmp_path / "ablation.html"
-    r = runner.invoke(app, ["report", "report-test-ablation", "-o", str(out)])
+    ab = _manifest(runs, compare=True)
+    out = tmp_path / "compare.html"
+    r = runner.invoke(app, ["report", ab.id, "-o", str(out)])
     assert r.exit_code == 0, r.output
-    assert "ablation report-test-ablation, 2 runs" in r.output
+    assert f"comparison {ab.id}, 2 runs" in r.output
     page = Page(browser, out)
     assert page.errors == []
     names = page.js("document.getElementById('curves').data.map(t => t.name)")
-    assert sorted(set(names)) == ["full", "offline"] and len(names) == 4  # each run against evaluations and time
-    counts = {k: _facts(v)["evaluations"] for k, v in runs.items() if k != "home"}
-    assert page.js("window.ksearch.data.runs") == {"full": counts["llm"], "offline": counts["patterns"]}
-    assert "none: not started" in page.js("document.body.textContent")
-    shutil.rmtree(runs["home"] / "ablations" / "report-test-ablation")
+    assert sorted(set(names)) == ["random-1", "worldmodel-1"] and len(names) == 4  # against evaluations and time
+    counts = {k: _facts(runs[k])["evaluations"] for k in ("patterns", "llm")}
+    assert page.js("window.ksearch.data.runs") == {"worldmodel-1": counts["patterns"], "random-1": counts["llm"]}
+    table = page.js("document.getElementById('results').textContent")
+    assert "1.50x" in table and "worldmodel-1" in table
+
+
+def test_an_ablations_page_without_results_says_how_to_make_them(runs, tmp_path, monkeypatch):
+    monkeypatch.setenv("KSEARCH_HOME", str(runs["home"]))
+    ab = _manifest(runs, compare=False)
+    r = runner.invoke(app, ["report", ab.id])
+    assert r.exit_code == 0, r.output
+    text = (runs["home"] / "ablations" / ab.id / "report.html").read_text()
+    assert f"ksearch ablate --resume {ab.id}" in text and "none: not started" in text
+    assert 'id="results"' not in text and '"offline": 3' in text.replace("\\u003c", "<")
