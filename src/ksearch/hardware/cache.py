@@ -7,7 +7,12 @@ figures have become implausible (written by an older ksearch) is a miss.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -19,6 +24,9 @@ from ksearch.hardware.local import local_fingerprint, measure_local_spec
 from ksearch.hardware.plausible import implausible
 from ksearch.hardware.probes import compiler_version, find_compiler
 from ksearch.hardware.spec import HardwareSpec
+
+#: seconds a process waits for another one's probing (`probe_lock`) before it gives up
+PROBE_LOCK_WAIT_S = 900.0
 
 # Provisional specs measured by this process: (hardware dir, fingerprint) -> spec. Never written to disk.
 _provisional: dict[tuple[str, str], HardwareSpec] = {}
@@ -77,9 +85,52 @@ def cached_local_spec() -> HardwareSpec | None:
     return load_spec(current_fingerprint())
 
 
+_held = threading.local()
+
+
+@contextmanager
+def probe_lock(wait_s: float | None = None) -> Iterator[None]:
+    """Held while this process probes the hardware: an exclusive flock on ``$KSEARCH_HOME/hardware/probe.lock``,
+    so that processes sharing a home (two runs started at once) probe one at a time, never each under the
+    other's load, and the second finds what the first cached. Re-entrant within a process. Waits up to ``wait_s``
+    (default `PROBE_LOCK_WAIT_S`) for another process's probing, then raises HardwareError."""
+    if getattr(_held, "depth", 0):
+        _held.depth += 1
+        try:
+            yield
+        finally:
+            _held.depth -= 1
+        return
+    path = hardware_dir() / "probe.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a")
+    except OSError as e:
+        raise HardwareError(f"cannot take the hardware probing lock {path}: {e.strerror or e}") from None
+    try:
+        deadline = time.monotonic() + (PROBE_LOCK_WAIT_S if wait_s is None else wait_s)
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise HardwareError(f"another ksearch process has been probing the hardware for over "
+                                        f"{wait_s or PROBE_LOCK_WAIT_S:g} s (it holds {path})") from None
+                time.sleep(0.05)
+        _held.depth = 1
+        try:
+            yield
+        finally:
+            _held.depth = 0
+    finally:
+        f.close()
+
+
 def load_or_measure(refresh: bool = False, *, seconds_per_probe: float = 0.5) -> HardwareSpec:
     """The local spec from the cache, or measured when absent or `refresh` is set: cached when trusted, else
     kept for this process only (provisional: see `HardwareSpec.provisional`) and measured again by the next.
+    Measured under `probe_lock`: a process that waited for another's probing takes the spec it cached.
 
     Raises HardwareError when the compiler is missing or a probe fails or times out.
     """
@@ -89,7 +140,21 @@ def load_or_measure(refresh: bool = False, *, seconds_per_probe: float = 0.5) ->
         spec = load_spec(fingerprint) or provisional_spec(fingerprint)
         if spec is not None:
             return spec
-    return remember(measure_local_spec(info=info, cc=cc, seconds_per_probe=seconds_per_probe))
+    asked = time.time()
+    with probe_lock():
+        if not refresh or _cached_since(fingerprint, asked):  # measured by another process while this one waited
+            spec = load_spec(fingerprint)
+            if spec is not None:
+                return spec
+        return remember(measure_local_spec(info=info, cc=cc, seconds_per_probe=seconds_per_probe))
+
+
+def _cached_since(fingerprint: str, t: float) -> bool:
+    """Whether the cached spec of ``fingerprint`` was written at or after ``t`` (seconds since the epoch)."""
+    try:
+        return spec_path(fingerprint).stat().st_mtime >= t
+    except OSError:
+        return False
 
 
 def remember(spec: HardwareSpec) -> HardwareSpec:

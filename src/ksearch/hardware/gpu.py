@@ -158,19 +158,22 @@ def load_or_measure_gpu(refresh: bool = False) -> HardwareSpec:
     """The local GPU's spec from the cache, or measured: cached when every figure is within the plausible range
     of the catalog's datasheet figures for this GPU (`ksearch.hardware.plausible.gpu_ranges`), else provisional
     (kept for this process only). Raises HardwareError without a GPU."""
-    from ksearch.hardware.cache import load_spec, provisional_spec, remember
+    from ksearch.hardware.cache import load_spec, probe_lock, provisional_spec, remember
     from ksearch.hardware.plausible import implausible
 
+    fingerprint = gpu_fingerprint(gpu_facts())
     if not refresh:
-        fingerprint = gpu_fingerprint(gpu_facts())
         spec = load_spec(fingerprint) or provisional_spec(fingerprint)
         if spec is not None:
             return with_catalog_tensor_peaks(spec)
-    spec = measure_gpu_spec()
-    reasons = implausible(spec)
-    if reasons:
-        spec = spec.model_copy(update={"provisional": "; ".join(reasons)})
-    remember(spec)  # the cache keeps measurements only: the catalog's figures are added fresh on every load
+    with probe_lock():  # one process probes at a time; one that waited takes what the other cached
+        spec = None if refresh else load_spec(fingerprint)
+        if spec is None:
+            spec = measure_gpu_spec()
+            reasons = implausible(spec)
+            if reasons:
+                spec = spec.model_copy(update={"provisional": "; ".join(reasons)})
+            remember(spec)  # the cache keeps measurements only: the catalog's figures are added fresh on every load
     return with_catalog_tensor_peaks(spec)
 
 

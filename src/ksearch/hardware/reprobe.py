@@ -94,8 +94,9 @@ def reprobe(spec: HardwareSpec, bound: str, *, seconds: float = REPROBE_SECONDS,
     from ksearch.hardware import cache
 
     info = detect_cpu()
-    wait_for_quiet(quiet_wait_s)
-    fresh = measure_ceilings(info, seconds_per_probe=seconds, rounds=rounds, keys=KEYS[bound])
+    with cache.probe_lock():  # never beside another process's probing (each would measure the other's load)
+        wait_for_quiet(quiet_wait_s)
+        fresh = measure_ceilings(info, seconds_per_probe=seconds, rounds=rounds, keys=KEYS[bound])
     today = dt.datetime.now(dt.timezone.utc).date().isoformat()
     fresh = {k: m.model_copy(update={"notes": f"re-probed {today} before a rejection; {m.notes}"})
              for k, m in fresh.items()}
