@@ -227,6 +227,19 @@ def test_live_rewrites_the_page_while_a_process_holds_the_run_and_stops_after(ru
     assert "location.reload()" not in text and "<b id=\"run-status\">finished</b>" in text
 
 
+def test_a_damaged_world_model_is_a_clean_error_naming_the_file(runs, tmp_path):
+    import sqlite3
+
+    run = _cut(runs["patterns"], tmp_path / "run", 2)
+    db = sqlite3.connect(run / "run.sqlite")
+    with db:
+        db.execute("UPDATE snapshots SET tree_json = '{\"nodes\": []}' WHERE seq = 2")
+    db.close()
+    r = runner.invoke(app, ["report", str(run)])
+    assert r.exit_code != 0 and type(r.exception).__name__ == "StoreError"
+    assert "run.sqlite" in str(r.exception) and "snapshot 2 does not load" in str(r.exception)
+
+
 # -- in a real browser ------------------------------------------------------------------------------------------
 
 

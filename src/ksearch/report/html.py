@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ksearch.errors import StoreError
 from ksearch.report.html_data import curve_points, run_data
 from ksearch.store.db import Store
 
@@ -170,7 +171,10 @@ def _plotlyjs() -> str:
 def render_run(store: Store, live_s: float | None = None) -> str:
     """The run's page as HTML text. ``live_s``: the page reloads itself every ``live_s`` seconds (``--live``).
     Raises StoreError for a store that cannot be read."""
-    data = run_data(store)
+    try:
+        data = run_data(store)
+    except ValueError as e:  # a stored record that does not validate (pydantic's ValidationError is a ValueError)
+        raise StoreError(f"{store.path} cannot be drawn: a record does not load: {str(e).strip()[:300]}") from None
     figures = {"curve-evals": curve_figure(data, "seq"), "curve-time": curve_figure(data, "t_s")}
     if data["nodes"]:
         figures["tree"] = tree_figure(data)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
+from ksearch.errors import StoreError
 from ksearch.records import Candidate, Evaluation, FinalReport
 from ksearch.report.kernels import candidate_diff, source_text
 from ksearch.search.worldmodel import ROOT_ID, NodeStatus, Tree
@@ -43,11 +44,18 @@ def score_interval(ev: Evaluation | None) -> tuple[float, float] | None:
     return lo, hi
 
 
+def _tree(store: Store, seq: int, tree_json: str) -> Tree:
+    try:
+        return Tree.model_validate_json(tree_json)
+    except ValueError as e:  # pydantic's ValidationError: a damaged snapshot
+        raise StoreError(f"{store.path}: the world model of snapshot {seq} does not load: {str(e)[:300]}") from None
+
+
 def _steps(store: Store) -> list[tuple[int, str, str | None, str, float | None, Tree | None]]:
     """(seq, created_at, node id, status, score, the tree written with it) per evaluation, in order."""
     rows = store.db.execute("SELECT e.seq, e.created_at, e.node_id, e.status, e.score, s.tree_json FROM evaluations e "
                             "LEFT JOIN snapshots s ON s.seq = e.seq ORDER BY e.seq").fetchall()
-    return [(seq, at, node, status, score, Tree.model_validate_json(tj) if tj else None)
+    return [(seq, at, node, status, score, _tree(store, seq, tj) if tj else None)
             for seq, at, node, status, score, tj in rows]
 
 
@@ -232,7 +240,7 @@ def run_data(store: Store) -> dict:
     cfg = info["config"]
     steps = _steps(store)
     snap = store.latest_snapshot()
-    tree = Tree.model_validate_json(snap[1]) if snap is not None else None
+    tree = _tree(store, snap[0], snap[1]) if snap is not None else None
     evals = {seq: ev for seq, _, ev in store.evaluations()}
     points, best, branches = [], [], {}  # type: ignore[var-annotated]
     intervals = {ev.candidate_id: score_interval(ev) for ev in evals.values()}
