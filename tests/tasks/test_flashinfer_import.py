@@ -348,3 +348,49 @@ def test_a_run_keeps_its_workloads_file_absolute_for_resume(tmp_path, monkeypatc
     with Session.create(cfg) as s:  # nothing is asked of the model before the search runs
         assert [w.name for w in s.task.workloads] == ["batch_size=3"]
         assert run_config(s.store).workloads_file == str(tmp_path / "w.jsonl")
+
+
+#: a definition as FlashInfer's own trace dumper writes one (ksearch's look-alike, not a copy): the reference named
+#: `_<op>_reference`, an index array set at plan() time with dtype "unknown" and "optional", and an `init` that builds
+#: FlashInfer's API arguments (here it would stop the process: it must never run)
+TRACE_DUMP = {
+    "name": "segment_sum_h8", "op_type": "segment_sum", "tags": ["fi_api:flashinfer.example.segment_sum"],
+    "axes": {"batch_size": {"type": "var"}, "len_indptr": {"type": "var"}, "total": {"type": "var"},
+             "hidden": {"type": "const", "value": 8}},
+    "constraints": ["len_indptr == batch_size + 1", "total == indptr[-1].item()"],
+    "inputs": {"x": {"shape": ["total", "hidden"], "dtype": "float32"},
+               "indptr": {"shape": ["len_indptr"], "dtype": "unknown", "optional": True,
+                          "description": "Set during plan(), not run()."}},
+    "outputs": {"out": {"shape": ["batch_size", "hidden"], "dtype": "float32"}},
+    "reference": "import torch\n\n@torch.no_grad()\ndef _segment_sum_reference(x, indptr):\n"
+                 "    return torch.stack([x[indptr[b]:indptr[b + 1]].sum(0) for b in range(len(indptr) - 1)])\n",
+    "init": "import sys\n\ndef _segment_sum_init(*, batch_size, device='cuda', seed=0):\n    sys.exit(9)\n",
+}
+
+
+def test_flashinfer_trace_dumps_load_with_each_field_read_for_what_it_means(tmp_path):
+    pytest.importorskip("torch", reason="the dumper's references are PyTorch")
+    from ksearch.tasks.reference import run_reference
+
+    path = tmp_path / "segment_sum_h8.json"
+    path.write_text(json.dumps(TRACE_DUMP))
+    (tmp_path / "segment_sum_h8.jsonl").write_text('{"axes": {"batch_size": 3, "len_indptr": 4, "total": 9}}\n')
+    task = load_task(path)
+    d = task.definition
+    assert d.inputs["indptr"].dtype == "int32"  # the dtype FlashInfer's plan() takes index arrays in
+    assert d.model_extra["init"] == TRACE_DUMP["init"] and d.inputs["indptr"].model_extra == {"optional": True}
+    inputs = make_inputs(d, task.workloads[0], 5)  # drawn from the shapes, the indptr consistent; `init` never runs
+    ind = inputs["indptr"]
+    assert ind[0] == 0 and ind[-1] == 9 and (np.diff(ind) >= 0).all()
+    want = np.stack([inputs["x"][ind[b]:ind[b + 1]].sum(0) for b in range(3)])
+    np.testing.assert_allclose(run_reference(d, inputs)["out"], want, rtol=1e-6)
+    bad = json.loads(json.dumps(TRACE_DUMP))
+    bad["inputs"]["x"]["dtype"] = "unknown"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(TaskError, match=r"input 'x' has dtype \"unknown\" \(FlashInfer's trace dumper .*give its dtype"):
+        load_task(path)
+    inplace = json.loads(json.dumps(TRACE_DUMP))
+    inplace["outputs"]["x"] = inplace["inputs"]["x"]
+    path.write_text(json.dumps(inplace))
+    with pytest.raises(TaskError, match=r"both an input and an output: \['x'\] \(an in-place update"):
+        load_task(path)

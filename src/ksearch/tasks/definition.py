@@ -34,44 +34,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ksearch.errors import TaskError
 from ksearch.tasks.cost import COST_ANNOTATION, COST_BYTES_ONLY, CostModel, WorkloadCost
 from ksearch.tasks.cost import join_cost_sources  # noqa: F401 - re-exported: callers import it from here
+from ksearch.tasks.dtypes import DEFAULT_TOLERANCE, DTYPE_BYTES, is_integer_dtype
 from ksearch.tasks.exprs import compile_expr as _compile_expr
 from ksearch.tasks.exprs import eval_expr
+from ksearch.tasks.fi_dump import read_trace_dump
 from ksearch.tasks.structured import compile_data_constraint, is_data_constraint
-
-#: dtype name -> bytes per element. Names as flashinfer-bench spells them.
-DTYPE_BYTES: dict[str, float] = {
-    "float64": 8,
-    "float32": 4,
-    "float16": 2,
-    "bfloat16": 2,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-    "float4_e2m1": 0.5,
-    "int64": 8,
-    "int32": 4,
-    "int16": 2,
-    "int8": 1,
-    "uint8": 1,
-    "bool": 1,
-}
-
-#: dtypes whose values are integers (random ones are drawn from an ``integers`` distribution)
-INTEGER_DTYPES = frozenset({"int64", "int32", "int16", "int8", "uint8", "bool"})
-
-
-def is_integer_dtype(dtype: str) -> bool:
-    """Whether a task dtype holds integers (or booleans)."""
-    return dtype in INTEGER_DTYPES
-
-
-#: Default tolerances per output dtype, from mamba_ssm's selective-scan tests (fp32 rtol 6e-4 atol 2e-3,
-#: fp16 rtol 3e-3 atol 5e-3, bf16 rtol 3e-2 atol 5e-2); integer outputs must match exactly.
-DEFAULT_TOLERANCE: dict[str, dict[str, float]] = {
-    "float64": {"rtol": 1e-6, "atol": 1e-8},
-    "float32": {"rtol": 6e-4, "atol": 2e-3},
-    "float16": {"rtol": 3e-3, "atol": 5e-3},
-    "bfloat16": {"rtol": 3e-2, "atol": 5e-2},
-}
 
 
 class _Record(BaseModel):
@@ -205,6 +172,11 @@ class Definition(_Record):
     #: correctness check, used instead of the tolerance (`ksearch.tasks.generated`; GPU MODE's ``check_implementation``)
     checker: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _trace_dump(cls, data):
+        return read_trace_dump(data) if isinstance(data, dict) else data  # FlashInfer's dumper: tasks/fi_dump.py
+
     @field_validator("constraints", mode="before")
     @classmethod
     def _null_constraints(cls, v):
@@ -218,8 +190,9 @@ class Definition(_Record):
                     if ax not in self.axes:
                         raise ValueError(f"{kind} {name!r} uses axis {ax!r}, not among axes {list(self.axes)}")
         clash = set(self.inputs) & set(self.outputs)
-        if clash:
-            raise ValueError(f"names used for both an input and an output: {sorted(clash)}")
+        if clash:  # an in-place update (FlashInfer's trace dumper writes them so): a kernel's inputs are read-only
+            raise ValueError(f"names used for both an input and an output: {sorted(clash)} (an in-place update: "
+                             "inputs are read-only here; name the updated tensor as an output of its own)")
         for expr in self.constraints:
             if is_data_constraint(expr, self.inputs):
                 compile_data_constraint(expr, known=set(self.axes) | set(self.inputs))
