@@ -29,13 +29,24 @@ class TimeUp(BaseException):
     not swallow it). ``args[0]``: the token `time_limit` yielded, so nested limits tell whose time is up."""
 
 
+class _Token:
+    """Whose limit a `TimeUp` is; ``fired``: that limit's time came (the TimeUp may reach the caller as another
+    exception where a C extension, torch's, turned it into a SystemError)."""
+
+    fired = False
+
+
+#: the limits armed now, outermost first
+_ARMED: list[_Token] = []
+
+
 @contextmanager
-def time_limit(seconds: float | None) -> Iterator[object]:
+def time_limit(seconds: float | None) -> Iterator[_Token]:
     """Raise `TimeUp` in the body after ``seconds`` (None: no limit; by SIGALRM, on the main thread only:
     elsewhere no limit). Yields the token the TimeUp carries. A timer set before (pytest-timeout's, an outer
     limit) keeps its deadline: where it falls first its own handler runs then, and it is re-armed with what it
     had left after the body."""
-    token = object()
+    token = _Token()
     if seconds is None or threading.current_thread() is not threading.main_thread() \
             or not hasattr(signal, "setitimer"):
         yield token
@@ -46,6 +57,7 @@ def time_limit(seconds: float | None) -> Iterator[object]:
 
     def up(signum, frame):
         if time.monotonic() >= deadline - 1e-3 or not callable(previous):
+            token.fired = True
             raise TimeUp(token)
         passed_on.append(True)  # the outer timer's turn: its handler decides
         previous(signum, frame)
@@ -53,13 +65,20 @@ def time_limit(seconds: float | None) -> Iterator[object]:
     old = signal.getitimer(signal.ITIMER_REAL)
     previous = signal.signal(signal.SIGALRM, up)
     signal.setitimer(signal.ITIMER_REAL, min(seconds, old[0]) if old[0] else seconds)
+    _ARMED.append(token)
     try:
         yield token
     finally:
+        _ARMED.remove(token)
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         if old[0] and not passed_on:
             signal.setitimer(signal.ITIMER_REAL, max(old[0] - (time.monotonic() - start), 1e-3), old[1])
+
+
+def _late(failed: str) -> str:
+    """`task_code`'s default ``late``: ``failed`` without its last word and colon, then "did not finish"."""
+    return f"{failed.rstrip(':').rsplit(' ', 1)[0]} did not finish"
 
 
 def reason(e: BaseException) -> str:
@@ -73,8 +92,9 @@ def reason(e: BaseException) -> str:
 @contextmanager
 def task_code(failed: str, limit_s: float | None = None, late: str | None = None) -> Iterator[None]:
     """Run the body as task code: an exception or ``sys.exit`` in it raises ``TaskError(f"{failed} {reason}")``;
-    the body still running after ``limit_s`` seconds raises ``TaskTimeout(f"{late} in {limit_s:g} s")``. A
-    TaskError the body raises itself (ksearch's own, from a nested call) passes as it is.
+    the body still running after ``limit_s`` seconds raises ``TaskTimeout(f"{late} in {limit_s:g} s")``, whatever
+    the interrupted code turned the interruption into (torch's C code may make it a SystemError). A TaskError the
+    body raises itself (ksearch's own, from a nested call) passes as it is.
 
     Args:
         failed: what failed, ending as the reason follows it: ``"reference of 'gemm' failed:"``,
@@ -87,16 +107,21 @@ def task_code(failed: str, limit_s: float | None = None, late: str | None = None
         TaskError: the body raised or exited.
         TaskTimeout: the body ran past ``limit_s``.
     """
-    token = None
+    token: _Token | None = None
     try:
         with time_limit(limit_s) as token:
             yield
     except TimeUp as e:
         if e.args[0] is not token:  # an outer limit's
             raise
-        what = late or f"{failed.rstrip(':').rsplit(' ', 1)[0]} did not finish"
-        raise TaskTimeout(f"{what} in {limit_s:g} s") from None
-    except TaskError:
-        raise
+        raise TaskTimeout(f"{late or _late(failed)} in {limit_s:g} s") from None
     except (Exception, SystemExit) as e:  # SystemExit: sys.exit in task code is its failure, not our exit
+        if not isinstance(e, TaskTimeout):  # a limit's TimeUp, turned into another error on its way out?
+            fired = next((t for t in [*_ARMED, token] if t is not None and t.fired), None)
+            if fired is token:
+                raise TaskTimeout(f"{late or _late(failed)} in {limit_s:g} s") from None
+            if fired is not None:  # an outer limit's: its guard says so
+                raise TimeUp(fired) from None
+        if isinstance(e, TaskError):
+            raise
         raise TaskError(f"{failed} {reason(e)}") from None
