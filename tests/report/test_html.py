@@ -208,14 +208,24 @@ def test_live_rewrites_the_page_while_a_process_holds_the_run_and_stops_after(ru
     lock = open(run / "lock", "a")
     fcntl.flock(lock, fcntl.LOCK_EX)
 
+    page = run / "report.html"
+
+    def wait_for(cond, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not cond() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def the_run():
-        time.sleep(1.5)
-        store = Store(run / "run.sqlite")
-        store.set_status("finished")
-        store.close()
-        time.sleep(1.5)
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        lock.close()
+        try:
+            wait_for(page.exists)  # the first page is written: the command looks at the run right after
+            time.sleep(1.0)
+            store = Store(run / "run.sqlite")
+            store.set_status("finished")
+            store.close()
+            wait_for(lambda: "<b id=\"run-status\">finished</b>" in page.read_text())  # written again
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            lock.close()
 
     t = threading.Thread(target=the_run)
     t.start()
@@ -223,7 +233,7 @@ def test_live_rewrites_the_page_while_a_process_holds_the_run_and_stops_after(ru
     t.join()
     assert r.exit_code == 0, r.output
     assert "3 evaluations, finished: wrote" in r.output and "no longer reloading" in r.output
-    text = (run / "report.html").read_text()
+    text = page.read_text()
     assert "location.reload()" not in text and "<b id=\"run-status\">finished</b>" in text
 
 

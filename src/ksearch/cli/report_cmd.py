@@ -31,7 +31,7 @@ def report_command(
     from ksearch.store.runs import open_run
 
     try:
-        store = open_run(run)
+        store = open_run(run, readonly=True)
     except StoreError as run_error:
         if live:
             raise
@@ -57,7 +57,7 @@ def _state(run: str) -> tuple[int, str, bool]:
     """(evaluations, status, whether a process works on it) of the run now."""
     from ksearch.store.runs import _locked, open_run  # the lock `ksearch runs list` reads too
 
-    store = open_run(run)
+    store = open_run(run, readonly=True)
     try:
         return store.evaluation_count(), store.run()["status"], _locked(store.path.parent)
     finally:
@@ -75,12 +75,12 @@ def _watch(run: str, path: Path, every: float) -> None:
             time.sleep(every)
             now = _state(run)
             if now[:2] != seen[:2]:
-                _render(open_run(run), path, every)
+                _render(open_run(run, readonly=True), path, every)
                 typer.echo(f"  {now[0]} evaluations, {now[1]}: wrote {path}", err=True)
             seen = now
     except KeyboardInterrupt:
         pass
-    _render(open_run(run), path, None)
+    _render(open_run(run, readonly=True), path, None)
     typer.echo(f"the run is {seen[1]}: wrote {path} (no longer reloading)")
 
 

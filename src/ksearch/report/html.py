@@ -222,7 +222,7 @@ def render_group(title: str, runs: list[tuple[str, str, str]], result: AblationR
 
     curves, groups = {}, {}
     for label, group, run_id in runs:
-        store = open_run(run_id)
+        store = open_run(run_id, readonly=True)
         try:
             curves[label] = curve_points(store)
         finally:
