@@ -130,6 +130,8 @@ def tree_figure(data: dict) -> Any:
                                                                                           "size": 10}))
     depth = -min((n["y"] for n in nodes), default=0)
     width = max((n["x"] for n in nodes), default=0)
+    if width > 10:  # a wide tree gets room (its box scrolls) instead of overlapping labels
+        fig.update_layout(width=int(80 * (width + 1.4)))
     fig.update_layout(height=int(max(360, 160 + 95 * depth)), margin={"l": 10, "r": 10, "t": 10, "b": 10},
                       xaxis={"visible": False, "range": [-0.7, width + 0.7]},
                       yaxis={"visible": False, "range": [-depth - 0.6, 0.4]},
