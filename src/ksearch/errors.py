@@ -59,11 +59,6 @@ class StoreError(KsearchError):
     """The run store is missing, locked or from an incompatible schema."""
 
 
-class KnowledgeError(KsearchError):
-    """A knowledge pack is malformed, or a pattern could not be rendered."""
-
-
-class SearchError(KsearchError):
 class StoreWriteError(StoreError):
     """The run store could not be written (disk full, quota, permissions, a read-only file system), or its file or
     directory was removed or replaced while the run worked on it. What was committed is kept (the message says
@@ -80,6 +75,11 @@ def storage_failure(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno in {getattr(errno, n, None) for n in STORAGE_ERRNOS} - {None}
 
 
+class KnowledgeError(KsearchError):
+    """A knowledge pack is malformed, or a pattern could not be rendered."""
+
+
+class SearchError(KsearchError):
     """The search cannot continue (invalid configuration, no open action and no way to make one)."""
 
 
