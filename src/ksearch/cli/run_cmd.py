@@ -457,3 +457,12 @@ def runs_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."))
     for r in rows:
         if r.get("error"):
             out.print(f"{r['id']}: {r['error']}", highlight=False, markup=False)
+
+
+def _register_check() -> None:
+    from ksearch.cli.check_cmd import check_command
+
+    runs_app.command("check")(check_command)
+
+
+_register_check()

@@ -43,7 +43,9 @@ def show_command(
     try:
         info = store.run()
         cfg = run_config(store)
-        snap = load_snapshot(store)
+        notes = [f"{store.path} is damaged (integrity check: {line}): `ksearch runs check {run} --repair`"
+                 for line in store.quick_check()[:1]]
+        snap = load_snapshot(store, on_skip=notes.append)
         tree = snap[0] if snap else None
         evals = store.evaluations()
         if node:
@@ -76,6 +78,8 @@ def show_command(
     out = wide_console()
     out.print(f"[bold]{info['id']}[/] · {info['task']} · {info['target']} · {info['status']} · "
               f"{len(evals)} of {cfg.budget} evaluations · created {info['created_at']}")
+    for line in notes:  # a damaged file, a newest snapshot that does not decode
+        out.print(line, highlight=False, markup=False)
     if tree is None:
         out.print("no tree yet")
         return

@@ -89,16 +89,31 @@ def run_config(store: Store) -> RunConfig:
                          f"{e.errors()[0]['loc']}: {e.errors()[0]['msg']}") from None
 
 
-def load_snapshot(store: Store) -> tuple[Tree, SearchState] | None:
-    """The newest tree and strategy state of a run (None before the first). Raises StoreError when they do not
-    decode."""
-    snap = store.latest_snapshot()
-    if snap is None:
-        return None
-    try:
-        return Tree.model_validate_json(snap[1]), SearchState.model_validate_json(snap[2])
-    except ValidationError as e:
-        raise StoreError(f"{store.path}: snapshot {snap[0]} does not decode: {e.errors()[0]['msg']}") from None
+def load_snapshot(store: Store, on_skip: Callable[[str], None] | None = None) -> tuple[Tree, SearchState] | None:
+    """The newest tree and strategy state of a run that decode (None before the first). A newer snapshot that
+    does not read or decode (a damaged store) is skipped, and ``on_skip`` told which and why: a resume goes on
+    from the newest intact one, reusing the evaluations committed after it (`Controller._start_one`). Raises
+    StoreError when no snapshot decodes."""
+    seqs = store.snapshot_seqs()
+    skipped: list[str] = []
+    for seq in seqs:
+        try:
+            snap = store.snapshot(seq)
+            if snap is None:
+                continue
+            loaded = Tree.model_validate_json(snap[1]), SearchState.model_validate_json(snap[2])
+        except ValidationError as e:
+            skipped.append(f"snapshot {seq} does not decode: {e.errors()[0]['msg']}")
+            continue
+        except StoreError as e:
+            skipped.append(f"snapshot {seq} does not read: {e}")
+            continue
+        if skipped and on_skip is not None:
+            on_skip(f"{store.path}: {'; '.join(skipped)}; going on from snapshot {seq}, the newest intact one")
+        return loaded
+    if skipped:
+        raise StoreError(f"{store.path}: no snapshot decodes ({'; '.join(skipped[:3])})")
+    return None
 
 
 def correctness_seeds(seed: int, checks: int) -> list[int]:
@@ -195,7 +210,7 @@ class Controller:
 
     def start(self) -> None:
         """Measure the naive kernel as the root, build the first tree, and save both (or reload them)."""
-        snap = load_snapshot(self.store)
+        snap = load_snapshot(self.store, on_skip=self.progress)
         if snap is not None:
             self._load(*snap)
             return

@@ -153,6 +153,12 @@ class Session:
         store = open_run(run)
         try:
             lock = _lock(store.path.parent)
+            damage = store.quick_check()
+            if damage:
+                lock.close()
+                raise StoreError(f"{store.path} is damaged (integrity check: {damage[0]}); nothing was changed: "
+                                 f"`ksearch runs check {store.path.parent.name} --repair` rebuilds it from what "
+                                 "is intact, then resume")
         except BaseException:
             store.close()
             raise

@@ -348,6 +348,15 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
+    def quick_check(self) -> list[str]:
+        """SQLite's ``PRAGMA quick_check`` of the file (at most 5 lines): [] when intact, else what is damaged
+        (`ksearch.store.check` has the full check and the repair)."""
+        try:
+            lines = [r[0] for r in self.db.execute("PRAGMA quick_check(5)")]
+        except sqlite3.DatabaseError as e:
+            return [str(e)]
+        return [] if lines == ["ok"] else lines
+
     # -- run ----------------------------------------------------------------------------------------
 
     def create_run(self, run_id: str, task: str, target: str, config: dict, environment: dict,
@@ -546,6 +555,17 @@ class Store:
     def latest_snapshot(self) -> tuple[int, str, str] | None:
         """(seq, tree JSON, state JSON) of the newest snapshot, or None."""
         row = self.db.execute("SELECT seq, tree_json, state_json FROM snapshots ORDER BY seq DESC LIMIT 1").fetchone()
+        return tuple(row) if row else None
+
+    @_reads
+    def snapshot_seqs(self) -> list[int]:
+        """The seqs of the stored snapshots, newest first."""
+        return [r[0] for r in self.db.execute("SELECT seq FROM snapshots ORDER BY seq DESC")]
+
+    @_reads
+    def snapshot(self, seq: int) -> tuple[int, str, str] | None:
+        """(seq, tree JSON, state JSON) of the snapshot ``seq``, or None."""
+        row = self.db.execute("SELECT seq, tree_json, state_json FROM snapshots WHERE seq = ?", (seq,)).fetchone()
         return tuple(row) if row else None
 
     @_reads

@@ -1,0 +1,57 @@
+"""``ksearch runs check RUN [--repair]``: is a run's store intact (SQLite's integrity check, every row a resume
+reads decodes), and its rebuild from what is (`ksearch.store.check`)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from ksearch.report.tables import wide_console
+
+
+def check_command(
+    run: str = typer.Argument(..., help="Run id (or a unique prefix, or its directory)."),
+    repair: bool = typer.Option(False, "--repair", help="Rebuild a damaged store from every row that still reads "
+                                "and decodes (the damaged file is kept beside it as run.sqlite.damaged-<time>); "
+                                "a resume then goes on from the newest intact snapshot, reusing the evaluations "
+                                "committed after it."),
+    as_json: bool = typer.Option(False, "--json", help="Print the findings as JSON."),
+) -> None:
+    """Check a run's store; exit 0 when it is intact (or was repaired), 1 when it is damaged (and not repaired)."""
+    from ksearch.store.check import check, repair as rebuild
+    from ksearch.store.runs import find_run
+
+    path = find_run(run)
+    found = check(path)
+    fixed = aside = None
+    if not found.ok and repair:
+        fixed, aside = rebuild(path)
+    final = fixed or found
+    if as_json:
+        typer.echo(json.dumps({"run": path.parent.name, "path": str(path), "ok": found.ok, "problems": found.problems,
+                               "repaired": fixed is not None, "damaged_copy": str(aside) if aside else None,
+                               "rows": final.rows, "newest_snapshot": final.newest_snapshot}, indent=2))
+    else:
+        out = wide_console()
+        name = path.parent.name
+        if found.ok:
+            out.print(f"run {name}: intact ({_rows(found)})", highlight=False, markup=False)
+        else:
+            out.print(f"run {name}: damaged", highlight=False, markup=False)
+            for line in found.problems:
+                out.print(f"  {line}", highlight=False, markup=False)
+            if fixed is None:
+                out.print(f"`ksearch runs check {name} --repair` rebuilds it from what is intact",
+                          highlight=False, markup=False)
+            else:
+                out.print(f"repaired: {_rows(fixed)}; the damaged file is kept as {aside}; `ksearch resume {name}` "
+                          f"goes on from snapshot {fixed.newest_snapshot}", highlight=False, markup=False)
+    if not final.ok:
+        raise typer.Exit(1)
+
+
+def _rows(report) -> str:
+    r = report.rows
+    return (f"{r.get('evaluations', 0)} evaluations, {r.get('candidates', 0)} candidates, {r.get('snapshots', 0)} "
+            f"snapshots (newest intact: {report.newest_snapshot}), {r.get('llm_calls', 0)} llm calls")
