@@ -31,10 +31,10 @@ runner = CliRunner()
 # -- pure parts -------------------------------------------------------------------------------------------------
 
 
-def _ev(*rows: tuple[float, float, list[float] | None]) -> Evaluation:
+def _ev(*rows: tuple[float, float, list[float] | None], repeats: int = 5) -> Evaluation:
     return Evaluation(candidate_id="c", task="t", target="null", status=Status.PASSED, workloads=[
-        WorkloadResult(workload=f"w{i}", status=Status.PASSED, speedup_vs_naive=s, median_ms=m, ci_ms=ci)
-        for i, (s, m, ci) in enumerate(rows)])
+        WorkloadResult(workload=f"w{i}", status=Status.PASSED, speedup_vs_naive=s, median_ms=m, ci_ms=ci,
+                       repeats=repeats) for i, (s, m, ci) in enumerate(rows)])
 
 
 def test_the_score_interval_is_the_range_the_median_time_intervals_span():
@@ -42,6 +42,7 @@ def test_the_score_interval_is_the_range_the_median_time_intervals_span():
     lo, hi = score_interval(_ev((2.0, 1.0, [0.5, 2.0]), (1.0, 1.0, [1.0, 1.0])))
     assert (lo, hi) == pytest.approx((1.0, 2.0))  # geometric means: sqrt(1 * 1), sqrt(4 * 1)
     assert score_interval(_ev((2.0, 1.0, None))) is None  # a workload without an interval: none
+    assert score_interval(_ev((2.0, 1.0, [1.0, 1.0]), repeats=1)) is None  # one repeat is no interval
     assert score_interval(None) is None
 
 

@@ -34,9 +34,9 @@ def _seconds(since: str, at: str) -> float | None:
 def score_interval(ev: Evaluation | None) -> tuple[float, float] | None:
     """The range of an evaluation's score (geometric mean of its speedups over the naive kernel) that the
     interval of each timed workload's median time (``ci_ms``) spans, the naive kernel's times held fixed: (low,
-    high), or None when a timed workload has no interval."""
+    high), or None when a timed workload has no interval (one timed repeat is no interval)."""
     rows = [r for r in (ev.workloads if ev else []) if r.speedup_vs_naive and r.median_ms]
-    if not rows or any(not r.ci_ms or len(r.ci_ms) != 2 or min(r.ci_ms) <= 0 for r in rows):
+    if not rows or any(not r.ci_ms or len(r.ci_ms) != 2 or min(r.ci_ms) <= 0 or r.repeats < 2 for r in rows):
         return None
     naive = [r.speedup_vs_naive * r.median_ms for r in rows]  # type: ignore[operator]
     lo = math.exp(sum(math.log(n / r.ci_ms[1]) for n, r in zip(naive, rows)) / len(rows))  # type: ignore[index]
@@ -59,18 +59,25 @@ def _steps(store: Store) -> list[tuple[int, str, str | None, str, float | None, 
             for seq, at, node, status, score, tj in rows]
 
 
+def _best_after(start: str, steps: list, intervals: dict) -> list[dict]:
+    out: list[dict] = []
+    for seq, at, _, _, _, tree in steps:
+        b = tree.best() if tree is not None else None
+        prev = out[-1] if out else {"score": 1.0, "node": ROOT_ID, "interval": None}
+        if b is not None and b.evaluation and b.evaluation.score:
+            cur = {"score": b.evaluation.score, "node": b.id,
+                   "interval": list(intervals.get(b.candidate_id or "") or []) or None}
+        else:
+            cur = {k: prev[k] for k in ("score", "node", "interval")}
+        out.append({"seq": seq, "t_s": _seconds(start, at), **cur})
+    return out
+
+
 def curve_points(store: Store) -> list[dict]:
     """The best so far after each evaluation: seq, t_s (seconds since the run was created, store timestamps of
-    1 s resolution), score (the world model's best, 1.0 before anything beat the naive kernel) and its node."""
-    start = store.run()["created_at"]
-    out: list[dict] = []
-    for seq, at, _, _, _, tree in _steps(store):
-        best = tree.best() if tree is not None else None
-        prev = out[-1] if out else {"score": 1.0, "node": ROOT_ID}
-        score = best.evaluation.score if best is not None and best.evaluation and best.evaluation.score else None
-        out.append({"seq": seq, "t_s": _seconds(start, at), "score": score or prev["score"],
-                    "node": best.id if score else prev["node"]})
-    return out
+    1 s resolution), score (the world model's best, 1.0 before anything beat the naive kernel), its node (and
+    ``interval``, None here: `run_data` gives it)."""
+    return _best_after(store.run()["created_at"], _steps(store), {})
 
 
 def _kernel(store: Store, tree: Tree, node_id: str | None) -> Candidate | None:
@@ -242,8 +249,9 @@ def run_data(store: Store) -> dict:
     snap = store.latest_snapshot()
     tree = _tree(store, snap[0], snap[1]) if snap is not None else None
     evals = {seq: ev for seq, _, ev in store.evaluations()}
-    points, best, branches = [], [], {}  # type: ignore[var-annotated]
+    points, branches = [], {}  # type: ignore[var-annotated]
     intervals = {ev.candidate_id: score_interval(ev) for ev in evals.values()}
+    best = _best_after(info["created_at"], steps, intervals)
     for seq, at, node, status, score, snapshot in steps:
         ev = evals.get(seq)
         t_s = _seconds(info["created_at"], at)
@@ -251,14 +259,6 @@ def run_data(store: Store) -> dict:
         points.append({"seq": seq, "t_s": t_s, "node": node, "status": status, "score": score,
                        "interval": list(iv) if iv and score else None,
                        "message": (ev.message.splitlines() or [""])[0][:200] if ev else ""})
-        b = snapshot.best() if snapshot is not None else None
-        prev = best[-1] if best else {"score": 1.0, "node": ROOT_ID, "interval": None}
-        if b is not None and b.evaluation and b.evaluation.score:
-            cur = {"score": b.evaluation.score, "node": b.id,
-                   "interval": list(intervals.get(b.candidate_id or "") or []) or None}
-        else:
-            cur = {k: prev[k] for k in ("score", "node", "interval")}
-        best.append({"seq": seq, "t_s": t_s, **cur})
         for n in snapshot or []:
             if n.status == NodeStatus.SOLVED and n.id != ROOT_ID and n.evaluation and n.evaluation.score:
                 br = snapshot.branch_of(n.id)  # type: ignore[union-attr]
