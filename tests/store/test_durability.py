@@ -109,3 +109,36 @@ def test_a_full_disk_stops_the_run_with_nothing_half_written_and_resume_finishes
     c.store.close()
     again = _resume(c.store.path, c.cfg)
     assert again.evaluations == 6 and _judged_once(again.store) == 6
+
+
+KILLED = r"""
+import sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from tests.search.test_controller import make
+c = make(Path(sys.argv[1]), budget=6)
+c.start()
+for _ in range(3):
+    c.step()
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_run_killed_after_its_wal_was_removed_loses_no_committed_evaluation(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(tmp_path / "r"), str(root)], stdout=subprocess.PIPE,
+                            text=True, env=dict(os.environ, PYTHONPATH=str(root)))
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        (tmp_path / "r" / "run.sqlite-wal").unlink()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert Store(tmp_path / "r" / "run.sqlite").evaluation_count() == 3
