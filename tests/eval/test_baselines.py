@@ -8,6 +8,7 @@ import pytest
 
 from ksearch.errors import TaskError
 from ksearch.eval.baselines import time_baseline
+from ksearch.eval.evaluator import EvalConfig
 from ksearch.protocol import TimingPlan
 from ksearch.records import Status
 from ksearch.tasks.loader import load_task
@@ -83,6 +84,7 @@ def test_an_evaluators_cached_inputs_and_reference_are_used_not_recomputed(monke
 
     class Cases:  # what the final stage's Evaluator offers
         calls = 0
+        config = EvalConfig()
 
         def inputs(self, workload, seed):
             Cases.calls += 1
@@ -110,3 +112,25 @@ def test_a_baseline_repeats_by_the_runs_timing_plan():
     plan = TimingPlan(min_repeats=10, min_time_s=1.0, max_time_s=0.1)
     r = time_baseline(_task(slow), "b", "tiny", plan=plan)
     assert r.status is Status.PASSED and r.repeats == 3, r
+
+
+def test_a_baseline_that_hangs_in_the_final_stage_is_a_runtime_error_after_the_task_code_limit():
+    """The task's own torch reference is timed as the `reference` baseline: one that hangs must not hang the run's
+    final stage (the limit is the judge's, `EvalConfig.task_limit_s`)."""
+    from ksearch.tasks.inputs import make_inputs
+    from ksearch.tasks.reference import run_reference
+
+    task = _task(_COUNTED + "\n\ndef prepare(**inputs):\n    def call():\n        while True:\n            pass\n"
+                            "    return call\n")
+
+    class Cases:
+        config = EvalConfig(reference_timeout_s=0.3)
+
+        def inputs(self, workload, seed):
+            return make_inputs(task.definition, workload, seed), None
+
+        def reference(self, workload, seed, inputs):
+            return run_reference(task.definition, inputs)
+
+    r = time_baseline(task, "b", "tiny", cases=Cases())
+    assert r.status is Status.RUNTIME_ERROR and r.message == "baseline 'b': did not finish in 0.3 s", r

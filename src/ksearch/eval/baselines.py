@@ -36,6 +36,7 @@ from ksearch.eval.stats import summarize_times
 from ksearch.targets import get_target, resolve_target
 from ksearch.targets.base import aliases
 from ksearch.targets.gpu_timing import torch_spin
+from ksearch.tasks.guard import TimeUp, time_limit
 from ksearch.tasks.inputs import make_inputs
 from ksearch.tasks.loader import Task
 from ksearch.tasks.reference import run_reference
@@ -104,6 +105,8 @@ def time_baseline(task: Task, name: str, workload: str, seed: int = 0, target: s
     module = load_baseline_module(task, name, target)
     wl = task.workload(workload)
     result = WorkloadResult(workload=wl.label, status=Status.PASSED)
+    limit = cases.config.task_limit_s() if cases is not None else None  # task code, as the reference is
+    token = None
     try:
         if cases is not None:  # an Evaluator: its cached inputs and float64 reference for (workload, seed)
             inputs = cases.inputs(wl, seed)[0]
@@ -111,9 +114,14 @@ def time_baseline(task: Task, name: str, workload: str, seed: int = 0, target: s
         else:
             inputs = make_inputs(task.definition, wl, seed)
             want = None
-        _check_and_time(task, module, inputs, result, plan or TimingPlan(), want)
+        with time_limit(limit) as token:
+            _check_and_time(task, module, inputs, result, plan or TimingPlan(), want)
     except BaselineUnavailable:
         raise
+    except TimeUp as e:  # a hung baseline (the task's own torch reference, timed) must not hang the final stage
+        if e.args[0] is not token:
+            raise
+        result.status, result.message = Status.RUNTIME_ERROR, f"baseline {name!r}: did not finish in {limit:g} s"
     except Exception as e:  # a failing baseline must not cost the run its final measurements
         result.status, result.message = Status.RUNTIME_ERROR, f"baseline {name!r}: {type(e).__name__}: {e}"
     return result
