@@ -148,10 +148,15 @@ def test_the_file_is_self_contained(reports):
     assert not re.search(r"<(script|img|iframe)[^>]*\ssrc=|<link[^>]*\shref=", text)
 
 
-def test_the_default_file_is_in_the_run_directory_and_live_stops_with_a_finished_run(runs):
-    r = runner.invoke(app, ["report", runs["patterns"], "--live", "--every", "1"])
+def test_the_default_file_is_in_the_run_directory_and_live_stops_with_a_finished_run(runs, monkeypatch):
+    import ksearch.cli.report_cmd as report_cmd
+
+    opened = []
+    monkeypatch.setattr(report_cmd.webbrowser, "open", opened.append)
+    r = runner.invoke(app, ["report", runs["patterns"], "--live", "--every", "1", "--open"])
     assert r.exit_code == 0, r.output
     page = Path(runs["patterns"]) / "report.html"
+    assert opened == [page.resolve().as_uri()]  # once, at the first page
     assert page.is_file() and "no longer reloading" in r.output
     assert "location.reload()" not in page.read_text()  # the last render of a stopped run does not reload
 
