@@ -243,6 +243,31 @@ def test_live_rewrites_the_page_while_a_process_holds_the_run_and_stops_after(ru
     assert "location.reload()" not in text and "<b id=\"run-status\">finished</b>" in text
 
 
+def test_a_node_in_flight_shows_the_kernel_being_judged(runs, tmp_path):
+    import sqlite3
+
+    from ksearch.report.html_data import run_data
+
+    run = _cut(runs["patterns"], tmp_path / "run", 1)
+    db = sqlite3.connect(run / "run.sqlite")
+    seq, tree_json = db.execute("SELECT seq, tree_json FROM snapshots ORDER BY seq DESC LIMIT 1").fetchone()
+    tree = json.loads(tree_json)
+    node = next(n["id"] for n in tree["nodes"] if n["status"] == "open")
+    candidate = db.execute("SELECT id FROM candidates LIMIT 1").fetchone()[0]
+    tree["in_flight"] = {node: candidate}
+    with db:
+        db.execute("UPDATE snapshots SET tree_json = ? WHERE seq = ?", (json.dumps(tree), seq))
+    db.close()
+    store = open_run(str(run), readonly=True)
+    try:
+        data = run_data(store)
+    finally:
+        store.close()
+    mine = data["details"][node]
+    assert mine["in_flight"] and mine["status"] == "open" and f"candidate {candidate}" in mine["kernel"]
+    assert next(n for n in data["nodes"] if n["id"] == node)["in_flight"]
+
+
 def test_a_damaged_world_model_is_a_clean_error_naming_the_file(runs, tmp_path):
     import sqlite3
 

@@ -81,6 +81,10 @@ def curve_points(store: Store) -> list[dict]:
 
 
 def _kernel(store: Store, tree: Tree, node_id: str | None) -> Candidate | None:
+    """The node's kernel: its judged candidate, the naive kernel for the root, the one being judged for a node in
+    flight; None for a node with none."""
+    if node_id is not None and node_id in tree.in_flight and not tree[node_id].candidate_id:
+        return store.candidate(tree.in_flight[node_id])
     if node_id is None or not tree[node_id].candidate_id:
         return None
     if node_id == ROOT_ID:
@@ -142,7 +146,7 @@ def _details(store: Store, tree: Tree, calls: list, reasons: dict[str, str]) -> 
         mine_calls = [c for c in calls if c.node_id == n.id or (n.id == ROOT_ID and c.node_id is None)]
         out[n.id] = {
             "id": n.id, "parent": n.parent_id, "decision": n.decision, "choice": n.choice, "status": n.status.value,
-            "rating": n.rating, "confidence": n.confidence, "attempts": n.attempts,
+            "rating": n.rating, "confidence": n.confidence, "attempts": n.attempts, "in_flight": n.id in tree.in_flight,
             "impacts": n.impacts.model_dump(), "action": n.action.model_dump() if n.action else None,
             "score": n.evaluation.score if n.evaluation else None,
             "interval": [round(iv[0], 4), round(iv[1], 4)] if iv else None,
