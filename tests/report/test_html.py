@@ -56,6 +56,14 @@ def test_the_tree_layout_centres_a_parent_over_its_children():
     assert pos["a"] == (0.5, -1.0) and pos["root"] == (1.25, 0.0)
 
 
+def test_data_in_the_page_cannot_close_its_script_element_and_has_no_nan():
+    from ksearch.report.html import _json
+
+    text = _json({"kernel": "x </script><script>alert(1)</script> & y", "score": float("nan"), "hi": [float("inf")]})
+    assert "<" not in text and ">" not in text and "&" not in text
+    assert json.loads(text) == {"kernel": "x </script><script>alert(1)</script> & y", "score": None, "hi": [None]}
+
+
 # -- real runs --------------------------------------------------------------------------------------------------
 
 

@@ -40,9 +40,20 @@ def _go():
     return go
 
 
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity None (JSON has neither)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _json(value: Any) -> str:
     """JSON safe inside a <script> element: no ``<``, ``>`` or ``&`` that could close it."""
-    text = value if isinstance(value, str) else json.dumps(value, allow_nan=False)
+    text = json.dumps(_finite(value), allow_nan=False)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
