@@ -57,6 +57,12 @@ def _json(value: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+def _plain(text: str) -> str:
+    """Text from a run (a planner's choice, a judge's message) for a Plotly label, which reads a few HTML tags
+    (``<b>``, ``<a href>``, ``<br>``): shown as written, never as markup."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _error(points: list[dict], key: str = "score") -> dict | None:
     """Plotly error bars from each point's ``interval`` ([low, high]); 0 where a point has none."""
     if not any(p.get("interval") for p in points):
@@ -81,9 +87,9 @@ def curve_figure(data: dict, x: str) -> Any:
         hovertemplate="after evaluation %{text}: best %{y:.3f}x (node %{customdata})<extra></extra>",
         text=[str(p["seq"]) for p in best]))
     for name, pts in data["branches"].items():
-        fig.add_trace(go.Scatter(name=f"branch {name}", x=[p[x] for p in pts], y=[p["score"] for p in pts],
+        fig.add_trace(go.Scatter(name=_plain(f"branch {name}"), x=[p[x] for p in pts], y=[p["score"] for p in pts],
                                  mode="lines", line={"shape": "hv", "dash": "dot", "width": 1.5},
-                                 hovertemplate=f"branch {name}: %{{y:.3f}}x<extra></extra>"))
+                                 hovertemplate="%{y:.3f}x"))
     ok = [p for p in data["evaluations"] if p["score"]]
     fig.add_trace(go.Scatter(
         name="each evaluation", x=[p[x] for p in ok], y=[p["score"] for p in ok], mode="markers",
@@ -95,7 +101,7 @@ def curve_figure(data: dict, x: str) -> Any:
         fig.add_trace(go.Scatter(
             name="failed (drawn at 1x)", x=[p[x] for p in bad], y=[1.0] * len(bad), mode="markers",
             marker={"symbol": "x", "size": 9, "color": STATUS_COLOURS["failed"]},
-            customdata=[p["node"] for p in bad], text=[f"{p['seq']}: {p['status']} {p['message']}" for p in bad],
+            customdata=[p["node"] for p in bad], text=[_plain(f"{p['seq']}: {p['status']} {p['message']}") for p in bad],
             hovertemplate="evaluation %{text} (node %{customdata})<extra></extra>"))
     fig.update_layout(xaxis_title="evaluation" if x == "seq" else "seconds since the run started",
                       yaxis_title=SCORE_AXIS, margin={"l": 60, "r": 10, "t": 30, "b": 50}, height=380,
@@ -128,7 +134,7 @@ def tree_figure(data: dict) -> Any:
         name="nodes", x=[n["x"] for n in nodes], y=[n["y"] for n in nodes], mode="markers+text",
         text=[text(n) for n in nodes], textposition="bottom center", textfont={"size": 10},
         customdata=[n["id"] for n in nodes],
-        hovertext=[f"{n['id']} {n['label']}: {n['status']}" + (" (in flight)" if n["in_flight"] else "") +
+        hovertext=[_plain(f"{n['id']} {n['label']}: {n['status']}") + (" (in flight)" if n["in_flight"] else "") +
                    (f", {n['score']:.3f}x" if n["score"] else "") +
                    f"<br>rating {n['rating']:.2f}, confidence {n['confidence']:.2f}" for n in nodes],
         hoverinfo="text", showlegend=False,
@@ -217,7 +223,7 @@ def group_figure(curves: dict[str, list[dict]], groups: dict[str, str]) -> Any:
             fig.add_trace(go.Scatter(name=label, legendgroup=g, showlegend=col == 1, x=[p[x] for p in pts],
                                      y=[p["score"] for p in pts], mode="lines+markers",
                                      line={"shape": "hv", "color": colour[g]}, marker={"size": 4},
-                                     hovertemplate=f"{label}: %{{y:.3f}}x at %{{x}}<extra></extra>"), row=1, col=col)
+                                     hovertemplate="%{y:.3f}x at %{x}"), row=1, col=col)
     fig.update_xaxes(title_text="evaluation", row=1, col=1)
     fig.update_xaxes(title_text="seconds since the run started", row=1, col=2)
     fig.update_yaxes(title_text="best so far (x naive, in-run)", row=1, col=1)
