@@ -20,7 +20,7 @@ from ksearch.llm.untrusted import clean
 from ksearch.report.tables import ceilings_lines, evaluation_json, evaluation_table, wide_console
 from ksearch.cli.options import suffixes_help, targets_help
 from ksearch.targets import get_target, resolve_target
-from ksearch.tasks import load_task
+from ksearch.tasks import load_task, validate
 
 console = Console(stderr=True)
 
@@ -56,19 +56,14 @@ def eval_command(
     names, wfile = workloads_args(workloads, workloads_file)
     t = load_task(task, workloads=wfile)
     kernel = _candidate_in(kernel)
-    try:
-        source = kernel.read_text()
-    except OSError as e:
-        raise TaskError(f"cannot read kernel file {kernel}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise TaskError(f"kernel file {kernel} is not UTF-8 text (byte {e.start}: {e.reason})") from None
+    # a regular file of bounded size only: a FIFO would block, /dev/zero never ends (`ksearch.tasks.validate`)
     given = None
     if kernel.suffix == ".json":  # a whole candidate: sources, entry point, flags and launch plan
-        try:
-            given = Candidate.model_validate_json(source)
-        except ValueError as e:
-            raise TaskError(f"{kernel} is not a candidate JSON: {str(e).splitlines()[0]}") from None
-    t.select(names)  # an unknown workload name is refused here, before anything is built
+        given = validate.read_candidate(kernel)
+    else:
+        source = validate.read_text(kernel, "kernel file")
+    for w in t.select(names):  # an unknown workload name is refused here, before anything is built; so is one
+        validate.check_fits_memory(t.definition, w, t.definition.axis_values(w))  # whose arrays cannot fit
     target = resolve_target(target)
     if given is not None and given.target != target:
         raise TaskError(f"{kernel} is a candidate for target {given.target!r}, not {target!r}: "
@@ -102,6 +97,7 @@ def eval_command(
             candidate = given or Candidate(target=target, sources={kernel.name: source}, entry_point=entry,
                                            compile_flags=flags.split(), launch=plan)
             if given is None:
+                validate.check_candidate(candidate, str(kernel))
                 _warn_if_not_the_judged_kernel(kernel, candidate, task)
             result = ev_.evaluate(candidate, names, references=refs)
     except KeyboardInterrupt:
@@ -129,15 +125,11 @@ def _launch_plan(kernel: Path, launch: Path | None, target: str = "cuda") -> dic
     """The launch plan for a kernel file of a target that takes one: ``launch``, else ``<kernel stem>.launch.yaml``
     beside it, else {} (the target then reports the missing plan). Raises TaskError for an unreadable or
     malformed file (naming the plan's keys: `Target.launch_keys`)."""
-    import yaml
 
     path = launch or kernel.with_name(kernel.name.rsplit(".", 1)[0] + ".launch.yaml")
     if launch is None and not path.is_file():
         return {}
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise TaskError(f"cannot read launch plan {path}: {' '.join(str(e).split())}") from None
+    data = validate.parse_mapping(validate.read_text(path, "launch plan"), f"launch plan {path}", as_json=False)
     if not isinstance(data, dict):
         raise TaskError(f"launch plan {path} must hold one mapping ({get_target(target).launch_keys})")
     return data

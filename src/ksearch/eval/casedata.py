@@ -30,6 +30,7 @@ from ksearch.tasks.definition import Definition, Workload
 from ksearch.tasks.guard import task_code
 from ksearch.tasks.inputs import make_inputs
 from ksearch.tasks.reference import run_reference
+from ksearch.tasks.validate import check_reference_outputs
 
 #: reference outputs larger than this many elements are cached as float32 (error ~6e-8 relative, far
 #: below any task tolerance) to bound the cache's memory
@@ -225,6 +226,8 @@ class CaseData:
         with task_code(f"the reference of {self.definition.name!r} failed {case}:", self.task_limit_s,
                        late=f"the reference of {self.definition.name!r} {case} did not finish"):
             outs = run_reference(self.definition, inputs)
+        # a wrong shape is the task's error, never a kernel's INCORRECT_SHAPE
+        check_reference_outputs(self.definition, self.definition.axis_values(workload), outs, case)
         self._ref_seconds[workload.uuid] = time.perf_counter() - t0
         self.counts["references"] += 1
         if not self._determinism_checked and self.definition.reference_backend == "torch":

@@ -125,11 +125,15 @@ def make_inputs(definition: Definition, workload: Workload, seed: int) -> dict[s
         name -> array of the input's concrete shape (axes substituted) and storage dtype, or a Python scalar.
 
     Raises:
-        TaskError: a bad dtype, an input too large to allocate, a safetensors input whose file, key, dtype or shape
-            does not fit, or a constraint over input data that the inputs break (`ksearch.tasks.structured`). A
+        TaskError: a bad dtype, a workload whose arrays do not fit in this machine's memory
+            (`ksearch.tasks.validate.check_fits_memory`), an input too large to allocate, a safetensors input whose
+            file, key, dtype or shape does not fit, or a constraint over input data that the inputs break (`ksearch.tasks.structured`). A
             definition with an ``input_generator`` gets its inputs from it
             (`ksearch.tasks.generated.generate_inputs`, which raises for a failing one).
     """
+    from ksearch.tasks.validate import check_fits_memory
+
+    check_fits_memory(definition, workload, definition.axis_values(workload))  # before anything is allocated
     if definition.input_generator is not None:  # the task's own generator (imported KernelBench, GPU MODE problems)
         from ksearch.tasks.generated import generate_inputs
 

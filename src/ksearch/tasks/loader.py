@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
 from ksearch.errors import TaskError
+from ksearch.tasks import validate
 from ksearch.tasks.definition import Definition, Workload
 
 _BUILTIN_ROOT = resources.files("ksearch.tasks") / "builtin"
@@ -79,37 +79,36 @@ def builtin_names() -> list[str]:
     return sorted(p.name for p in _BUILTIN_ROOT.iterdir() if (p / "definition.yaml").is_file())
 
 
-def _read_mapping(path: Path) -> dict:
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise TaskError(f"cannot read task file {path}: {e.strerror}") from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise TaskError(f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}") from None
+def _read_mapping(path: Path, what: str = "task file") -> dict:
+    data = validate.parse_mapping(validate.read_text(path, what), str(path), as_json=path.suffix == ".json")
     if not isinstance(data, dict):
         raise TaskError(f"{path} must hold one object (a task definition), found {type(data).__name__}")
     return data
 
 
 def _format_validation(e: ValidationError) -> str:
+    """The first errors of a validation, on one line: ``loc: msg; loc: msg; ... and N more``."""
     parts = []
     for err in e.errors()[:8]:
         loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
-        parts.append(f"  {loc}: {err['msg']}")
-    more = f"\n  ... and {e.error_count() - 8} more" if e.error_count() > 8 else ""
-    return "\n".join(parts) + more
+        parts.append(f"{loc}: {' '.join(str(err['msg']).split())}")
+    more = f"; ... and {e.error_count() - 8} more" if e.error_count() > 8 else ""
+    return "; ".join(parts) + more
 
 
 def load_definition(path: str | Path) -> Definition:
     """Read one definition file (JSON or YAML). Raises TaskError naming the file and the bad fields."""
     path = Path(path)
     data = _read_mapping(path)
+    validate.check_raw_definition(data, str(path))
     try:
-        return Definition.model_validate(data)
+        definition = Definition.model_validate(data)
     except ValidationError as e:
-        raise TaskError(f"{path} is not a valid task definition:\n{_format_validation(e)}") from None
+        raise TaskError(f"{path} is not a valid task definition: {_format_validation(e)}") from None
+    except (RecursionError, MemoryError):  # an expression that parses into too deep a tree
+        raise TaskError(f"{path}: an expression nests too deep to parse") from None
+    validate.check_definition(definition, str(path))
+    return definition
 
 
 def parse_workloads(text: str, source: str = "<workloads>") -> list[Workload]:
@@ -122,22 +121,21 @@ def parse_workloads(text: str, source: str = "<workloads>") -> list[Workload]:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise TaskError(f"{source}:{lineno}: not valid JSON: {e.msg}") from None
+        except (RecursionError, MemoryError):
+            raise TaskError(f"{source}:{lineno}: JSON nested too deep") from None
+        validate.check_data_size(obj, f"{source}:{lineno}")
         if isinstance(obj, dict) and isinstance(obj.get("workload"), dict):
             obj = obj["workload"]
         try:
             out.append(Workload.model_validate(obj))
         except ValidationError as e:
-            raise TaskError(f"{source}:{lineno}: not a valid workload:\n{_format_validation(e)}") from None
+            raise TaskError(f"{source}:{lineno}: not a valid workload: {_format_validation(e)}") from None
     return out
 
 
 def load_workloads(path: str | Path) -> list[Workload]:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise TaskError(f"cannot read workloads file {path}: {e.strerror}") from None
-    return parse_workloads(text, str(path))
+    return parse_workloads(validate.read_text(path, "workloads file"), str(path))
 
 
 def _load_dir(d, origin: str) -> Task:
@@ -146,14 +144,15 @@ def _load_dir(d, origin: str) -> Task:
         raise TaskError(f"{origin}: no definition.yaml or definition.json")
     definition = load_definition(Path(str(def_file)))
     wl_file = d / "workloads.jsonl"
-    workloads = parse_workloads(wl_file.read_text(), f"{origin}/workloads.jsonl") if wl_file.is_file() else []
+    workloads = parse_workloads(validate.read_text(Path(str(wl_file)), "workloads file"),
+                                f"{origin}/workloads.jsonl") if wl_file.is_file() else []
     naive, launches, files = _naive_kernels(d, origin)
     baselines = {}
     for bname, rel in definition.baselines.items():
         f = d.joinpath(*rel.split("/"))
         if not f.is_file():
             raise TaskError(f"{origin}: baseline {bname!r} file {rel!r} not found")
-        baselines[bname] = f.read_text()
+        baselines[bname] = validate.read_text(Path(str(f)), "baseline file")
     from ksearch.tasks import flashinfer
 
     flashinfer.resolve_blobs(workloads, Path(str(d)))  # relative to the task folder
@@ -175,12 +174,12 @@ def _naive_kernels(d, origin: str) -> tuple[dict[str, str], dict[str, dict], dic
             continue
         target = m.group("target")
         if m.group("ext") == "launch.yaml":
-            plans[target] = _read_mapping(Path(str(f)))
+            plans[target] = _read_mapping(Path(str(f)), "launch plan")
         elif target in files:
             raise TaskError(f"{origin}: two naive kernels for target {target!r}: {files[target]} and {f.name}")
         else:
             files[target] = f.name
-    naive = {target: (d / name).read_text() for target, name in files.items()}
+    naive = {target: validate.read_text(Path(str(d / name)), "kernel file") for target, name in files.items()}
     return naive, {target: plan for target, plan in plans.items() if target in naive}, files
 
 
@@ -189,7 +188,7 @@ def _check_workloads(definition: Definition, workloads: list[Workload]) -> None:
     own (``-w NAME`` must pick one workload)."""
     seen: set[str] = set()
     for w in workloads:
-        definition.check_workload(w)
+        validate.check_workload(definition, w, definition.check_workload(w))
         for key in {w.name, w.uuid} - {None}:
             if key in seen:
                 raise TaskError(f"task {definition.name!r} has two workloads named {key!r}")
@@ -241,6 +240,8 @@ def load_task(name_or_path: str | Path, workloads: str | Path | None = None) -> 
     if workloads is not None:
         task.workloads = _read_workloads(Path(workloads), task.definition)
         _check_workloads(task.definition, task.workloads)
+    validate.check_definition(task.definition, task.origin or name)  # whatever source the task came from
+    _check_workloads(task.definition, task.workloads)
     from ksearch.tasks.own_reference import with_reference_baseline
 
     return with_reference_baseline(task)  # a torch reference without baselines: timed as one (the final table)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 
 import numpy as np
@@ -40,8 +41,15 @@ def read_tensor(path: str, key: str, dtype: str, shape: tuple[int, ...] | None, 
     """
     from ksearch.tasks.inputs import numpy_dtype
 
+    from ksearch.tasks.validate import open_regular
+
     try:
-        with open(path, "rb") as f:
+        f = open_regular(path, "safetensors file")  # a FIFO is refused, not waited on
+    except TaskError as e:
+        raise TaskError(f"{what}: {e}") from None
+    try:
+        with f:
+            size = os.fstat(f.fileno()).st_size
             (n,) = struct.unpack("<Q", f.read(8))
             if n > 100 << 20:
                 raise ValueError(f"header of {n} bytes")
@@ -53,14 +61,16 @@ def read_tensor(path: str, key: str, dtype: str, shape: tuple[int, ...] | None, 
             if dtype not in SAFETENSORS_DTYPES.get(str(meta.get("dtype")), ()):
                 raise TaskError(f"{what}: tensor {key!r} of {path} is {meta.get('dtype')}, the definition says "
                                 f"{dtype}")
-            begin, end = meta["data_offsets"]
+            begin, end = (int(x) for x in meta["data_offsets"])
+            if not 0 <= begin <= end <= size - 8 - n:
+                raise ValueError(f"tensor {key!r} at bytes {begin}..{end} of a {size - 8 - n}-byte data section")
             f.seek(8 + n + begin)
             raw = f.read(end - begin)
+            got = tuple(int(x) for x in meta["shape"])
     except OSError as e:
         raise TaskError(f"{what}: cannot read safetensors file {path}: {e.strerror}") from None
-    except (ValueError, KeyError, struct.error) as e:
-        raise TaskError(f"{what}: {path} is not a safetensors file ({e})") from None
-    got = tuple(meta["shape"])
+    except (ValueError, KeyError, TypeError, struct.error, RecursionError) as e:
+        raise TaskError(f"{what}: {path} is not a safetensors file ({type(e).__name__}: {e})") from None
     want = () if shape is None else tuple(shape)
     if got != want:
         raise TaskError(f"{what}: tensor {key!r} of {path} has shape {list(got)}, the workload's axes give "
