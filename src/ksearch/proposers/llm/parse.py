@@ -21,13 +21,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
-from ksearch.errors import Rejected, ReplyError
+from ksearch.errors import Rejected, ReplyError, TaskError
 from ksearch.llm.base import is_truncated
 from ksearch.search.edits import Choose, Delete, Insert, Retime, Split, Update, parse_edit
 from ksearch.targets import get_target, target_names
 from ksearch.targets.base import aliases
+from ksearch.tasks.validate import parse_mapping
 
 
 YAML_LANGS = frozenset({"yaml", "yml"})
@@ -299,6 +298,8 @@ def extract_code(text: str, target: str, finish_reason: str | None = None) -> Co
         notes.append(f"a ```{FLAGS_LANG} block ignored: {target} kernels take no compile flags")
     elif flag_blocks:
         compile_flags = flag_blocks[-1].body.split()
+        if any("\x00" in f for f in compile_flags):  # no program takes one in its arguments
+            raise ReplyError("the ```flags block holds a NUL character")
     launch: dict[str, Any] = {}
     if t.takes_launch:
         plans = [f for f in all_fences if f.lang in YAML_LANGS]
@@ -308,12 +309,10 @@ def extract_code(text: str, target: str, finish_reason: str | None = None) -> Co
                              f"one (docs/cuda-target.md, docs/mlx-target.md){why}")
         if len(plans) > 1:
             notes.append(f"{len(plans)} ```yaml blocks: took the last (line {plans[-1].line})")
-        try:
-            plan = yaml.safe_load(plans[-1].body)
-        except RecursionError:
-            raise ReplyError("the ```yaml launch plan is nested too deep") from None
-        except yaml.YAMLError as e:
-            raise ReplyError(f"the ```yaml launch plan is not valid YAML: {' '.join(str(e).split())}") from None
+        try:  # bounded: no alias cycle (a launch plan is hashed as JSON) or alias bomb, no deep nesting
+            plan = parse_mapping(plans[-1].body, "the ```yaml launch plan", as_json=False)
+        except TaskError as e:
+            raise ReplyError(str(e)) from None
         if not isinstance(plan, dict):
             raise ReplyError(f"the ```yaml launch plan must be a mapping with 'launches', got {type(plan).__name__}")
         launch = plan
