@@ -389,7 +389,7 @@ def _manifest(runs: dict, compare: bool):
     re-timed table); or an ablation's (`ksearch ablate`) with a third run never started and no results."""
     from ksearch.run.ablate import Ablation, AblationRun, ablation_dir, save
     from ksearch.run.ablate_results import AblationResult, AblationRow
-    from ksearch.run.compare import CompareResult
+    from ksearch.run.compare import CompareResult, StrategySummary
     from ksearch.run.controller import RunConfig
 
     cfg = RunConfig(task="selective-scan", target="null")
@@ -408,7 +408,10 @@ def _manifest(runs: dict, compare: bool):
                                date="2026-12-07")
         path = ablation_dir(ab.id) / "results.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(CompareResult(table=table, strategies=ab.strategies, repeats=1).model_dump_json())
+        summary = StrategySummary(strategy="worldmodel", runs=1, finished=1, curve_median=[1.0, 1.2, 1.2],
+                                  curve_min=[1.0, 1.1, 1.1], curve_max=[1.0, 1.3, 1.4])
+        path.write_text(CompareResult(table=table, strategies=ab.strategies, repeats=1,
+                                      summaries=[summary]).model_dump_json())
         ab.results = str(path)
     save(ab)
     return ab
@@ -425,7 +428,9 @@ def test_a_comparisons_page_draws_its_runs_curves_side_by_side_with_its_table(br
     page = Page(browser, out)
     assert page.errors == []
     names = page.js("document.getElementById('curves').data.map(t => t.name)")
-    assert sorted(set(names)) == ["random-1", "worldmodel-1"] and len(names) == 4  # against evaluations and time
+    runs_drawn = [x for x in names if x in ("random-1", "worldmodel-1")]
+    assert sorted(set(runs_drawn)) == ["random-1", "worldmodel-1"] and len(runs_drawn) == 4  # evaluations, time
+    assert "worldmodel median" in names and "worldmodel min-max" in names  # the strategy's band over its runs
     counts = {k: _facts(runs[k])["evaluations"] for k in ("patterns", "llm")}
     assert page.js("window.ksearch.data.runs") == {"worldmodel-1": counts["patterns"], "random-1": counts["llm"]}
     table = page.js("document.getElementById('results').textContent")

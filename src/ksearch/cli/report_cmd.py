@@ -106,9 +106,12 @@ def _group(ident: str, out: Path | None, run_error: StoreError) -> Path:
         ab = load(ident)
     refresh(ab)
     kind = "comparison" if ab.variants else "ablation"
+    bands = {}
     if ab.variants:
         kept = stored(ab)
         result = kept.table if kept is not None else None
+        bands = {x.strategy: (x.curve_median, x.curve_min, x.curve_max) for x in (kept.summaries if kept else [])
+                 if x.curve_median}
     else:
         result = stored_results(ab)
     groups = {x: x.rsplit("-", 1)[0] for x in ab.variants} if ab.variants else {}
@@ -119,6 +122,6 @@ def _group(ident: str, out: Path | None, run_error: StoreError) -> Path:
                                            f" --resume {ab.id}` re-times the runs' best kernels and writes it"]
     notes += [f"{r.label}: not started ({r.error or r.status})" for r in ab.runs if r.run_id is None]
     path = Path(out) if out is not None else ablation_dir(ab.id) / "report.html"
-    write_html(path, render_group(f"{kind} {ab.id}: {ab.task} on {ab.config.target}", runs, result, notes))
+    write_html(path, render_group(f"{kind} {ab.id}: {ab.task} on {ab.config.target}", runs, result, notes, bands))
     typer.echo(f"wrote {path} ({kind} {ab.id}, {len(runs)} runs)")
     return path

@@ -207,9 +207,12 @@ def render_run(store: Store, live_s: float | None = None) -> str:
         roofline_ids=[f"roofline-{i}" for i in range(len(data["roofline"]))])
 
 
-def group_figure(curves: dict[str, list[dict]], groups: dict[str, str]) -> Any:
+def group_figure(curves: dict[str, list[dict]], groups: dict[str, str],
+                 bands: dict[str, tuple[list[float], list[float], list[float]]] | None = None) -> Any:
     """Runs' best-so-far curves side by side: against evaluations (left) and wall time (right); runs of one
-    group (a strategy, a context level) share a colour."""
+    group (a strategy, a context level) share a colour. ``bands``: group -> (median, min, max) after each
+    evaluation over its runs (a comparison's `StrategySummary` curves), drawn on the left as a thick median line
+    over a shaded min-max band."""
     from plotly.subplots import make_subplots
 
     go = _go()
@@ -217,6 +220,17 @@ def group_figure(curves: dict[str, list[dict]], groups: dict[str, str]) -> Any:
     colour = {g: palette[i % len(palette)] for i, g in enumerate(dict.fromkeys(groups.values()))}
     fig = make_subplots(rows=1, cols=2, subplot_titles=("against evaluations", "against wall time"),
                         horizontal_spacing=0.08)
+    for g, (med, lo, hi) in (bands or {}).items():
+        xs = list(range(1, len(med) + 1))
+        c = colour.setdefault(g, palette[len(colour) % len(palette)])
+        for name, ys, fill in ((f"{g} min", lo, "none"), (f"{g} min-max", hi, "tonexty")):
+            fig.add_trace(go.Scatter(x=xs, y=ys, fill=fill, mode="lines",
+                                     fillcolor=f"rgba({int(c[1:3], 16)}, {int(c[3:5], 16)}, {int(c[5:7], 16)}, 0.2)",
+                                     line={"width": 0, "shape": "hv"}, hoverinfo="skip", legendgroup=g,
+                                     showlegend=False, name=name), row=1, col=1)
+        fig.add_trace(go.Scatter(x=xs, y=med, name=f"{g} median", legendgroup=g, mode="lines", opacity=0.6,
+                                 line={"shape": "hv", "color": c, "width": 4}, hovertemplate="median %{y:.3f}x"),
+                      row=1, col=1)
     for label, pts in curves.items():
         g = groups.get(label, label)
         for col, x in ((1, "seq"), (2, "t_s")):
@@ -232,10 +246,11 @@ def group_figure(curves: dict[str, list[dict]], groups: dict[str, str]) -> Any:
 
 
 def render_group(title: str, runs: list[tuple[str, str, str]], result: AblationResult | None = None,
-                 notes: list[str] | None = None) -> str:
+                 notes: list[str] | None = None,
+                 bands: dict[str, tuple[list[float], list[float], list[float]]] | None = None) -> str:
     """A comparison's or an ablation's page: ``runs`` as (label, group, run id) (runs never started left out),
-    the curves side by side and, where ``result`` holds them, the re-timed results table. Raises StoreError for
-    a run whose store cannot be read."""
+    the curves side by side (with ``bands``: see `group_figure`) and, where ``result`` holds them, the re-timed
+    results table. Raises StoreError for a run whose store cannot be read."""
     from ksearch.report.ablation import COLUMNS, cells
     from ksearch.store.runs import open_run
 
@@ -249,7 +264,7 @@ def render_group(title: str, runs: list[tuple[str, str, str]], result: AblationR
         groups[label] = group
     headers = [h.format(reference=(result.reference_name if result else None) or "reference") for h, _, _ in COLUMNS]
     table = [cells(r) for r in result.rows] if result is not None else []
-    figs = {"curves": group_figure(curves, groups)}
+    figs = {"curves": group_figure(curves, groups, bands)}
     return _env().get_template("group.html.j2").render(
         title=title, runs=runs, headers=headers, table=table, notes=notes or [], plotlyjs=_plotlyjs(),
         figures_json=_json({k: json.loads(f.to_json()) for k, f in figs.items()}),
