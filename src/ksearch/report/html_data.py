@@ -114,8 +114,9 @@ def _workloads(ev: Evaluation | None) -> list[dict]:
                                       + f" {p.verdict or 'no interval'} ({p.n} rounds)" if p.ratio else p.note)
                   for p in r.paired]
         rows.append({"workload": r.workload, "status": r.status.value, "median_ms": _fmt(r.median_ms),
-                     "ci_ms": f"[{r.ci_ms[0]:.4g}, {r.ci_ms[1]:.4g}]" if r.ci_ms else None,
-                     "spread": None if r.spread is None else f"±{100 * r.spread:.1f}%",
+                     "ci_ms": f"[{r.ci_ms[0]:.4g}, {r.ci_ms[1]:.4g}]" if r.ci_ms and r.repeats >= 2 else None,
+                     "spread": None if r.spread is None or r.repeats < 2 else f"±{100 * r.spread:.1f}%",
+                     "repeats": r.repeats,
                      "floor_ms": _fmt(r.floor_ms), "bound": r.bound, "pct_of_floor": _fmt(r.pct_of_floor, ".3g"),
                      "speedup_vs_naive": _fmt(r.speedup_vs_naive, ".3g"), "max_abs_err": _fmt(r.max_abs_err, ".2e"),
                      "max_rel_err": _fmt(r.max_rel_err, ".2e"),
