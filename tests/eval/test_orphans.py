@@ -23,6 +23,24 @@ ev.evaluate(Candidate(target="cpu", sources={"kernel.c": kernels.ENDLESS}), ["ti
 """
 
 
+def _parent(pid: int) -> int | None:
+    try:
+        return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    for _ in range(64):
+        parent = _parent(pid)
+        if parent is None or parent <= 1:
+            return False
+        if parent == ancestor:
+            return True
+        pid = parent
+    return False
+
+
 def _procs_mentioning(text: str) -> list[int]:
     out = []
     for d in Path("/proc").iterdir():
@@ -40,17 +58,19 @@ def test_worker_dies_with_its_controller(tmp_path, namespaces):
     scratch = tmp_path / f"scratch-{namespaces}"
     scratch.mkdir()
     root = Path(__file__).resolve().parents[2]
-    before = set(_procs_mentioning("ksearch.eval.worker"))
     ctl = subprocess.Popen([sys.executable, "-c", SCRIPT, str(scratch), namespaces], stdout=subprocess.PIPE,
                            text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
     assert ctl.stdout.readline().strip() == "start"
-    def workers():
-        return set(_procs_mentioning("ksearch.eval.worker")) - before
-
-    deadline = time.monotonic() + 30
-    while not workers() and time.monotonic() < deadline:
+    # this controller's workers only: other tests (pytest -n) may run workers of their own meanwhile
+    deadline, ours = time.monotonic() + 30, set()
+    while not ours and time.monotonic() < deadline:
+        ours = {p for p in _procs_mentioning("ksearch.eval.worker") if _descends_from(p, ctl.pid)}
         time.sleep(0.05)
-    assert workers(), "the worker never started"
+    assert ours, "the worker never started"
+
+    def workers():
+        return ours & set(_procs_mentioning("ksearch.eval.worker"))
+
     time.sleep(3)  # inside the endless kernel by now
     os.kill(ctl.pid, signal.SIGKILL)
     ctl.wait()
