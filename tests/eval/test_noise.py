@@ -4,9 +4,9 @@ load meter counts them as other processes'), and the judge timing anyway (no wai
 - an unchanged kernel, re-submitted 20 times with a comment added, is never judged faster or slower than the
   kernel it is a copy of: every verdict is a tie, and every interval holds 1;
 - a kernel 1.3x faster than its reference (the reference does a third of its channels twice) is never judged
-  slower, and is found faster in most of 10 trials at the test's own load (how often depends on how noisy the machine is beyond the test's
-  own load: in one CI run on a shared 2-core VM an interval of 25 rounds still held 1, [0.995, 1.69], a tie; the
-  test asks for the judge's guarantee, no wrong direction, and for power, not for a quiet machine).
+  slower, and is found faster in most of 10 trials at the test's own load, in some where the machine was busier
+  than its CPU count before (the test asks for the judge's guarantee, no wrong direction, and for power, not for a
+  quiet machine).
 
 Both through the judge and the search's own record of the verdicts (`summarize`, `attach`, `update_state`)."""
 
