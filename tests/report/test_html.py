@@ -380,6 +380,8 @@ def test_an_llm_node_shows_its_prompts_replies_tokens_and_cost_and_a_broken_kern
     assert "You are the coder" in panel and "oops </script>" in page.js(
         "document.getElementById('node-kernel').textContent")  # shown as written, never run as markup
     assert "COMPILE_ERROR" in page.js("document.getElementById('node-judge').textContent")
+    history = page.js("document.getElementById('node-history').textContent")
+    assert f"inserted '{failed.id}'" in history and "sent to be judged" in history  # the planner's edits naming it
     assert page.js("document.getElementById('llm-totals').textContent").startswith(f"{len(facts['calls'])} calls")
     assert page.errors == []
 

@@ -11,6 +11,7 @@ messages, the llm calls made for it), the roofline rows per workload and the fin
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import datetime
 
@@ -135,8 +136,26 @@ def _call(c) -> dict:
             "reply": (c.reply or "")[:MAX_MESSAGE_CHARS], "error": c.error}
 
 
+def _history(edits: list[dict]) -> dict[str, list[dict]]:
+    """Node id -> the tree edits that name it (inserted, updated, split, dropped, sent to be judged; rejected ones
+    with the reason), oldest first: after which evaluation, by whom, accepted, what."""
+    out: dict[str, list[dict]] = {}
+    for e in edits:
+        body = e["edit"] if isinstance(e["edit"], dict) else {}
+        text = e["reason"] or (f"sent to be judged (candidate {body['candidate']})" if "dispatch" in body
+                               else json.dumps(body)[:300])
+        for key in ("id", "node_id", "dispatch", "parent_id"):
+            nid = body.get(key)
+            if isinstance(nid, str) and (key != "parent_id" or not e["accepted"]):
+                out.setdefault(nid, []).append({"seq": e["seq"], "source": e["source"], "accepted": e["accepted"],
+                                                "text": text[:500]})
+                break
+    return out
+
+
 def _details(store: Store, tree: Tree, calls: list, reasons: dict[str, str]) -> dict[str, dict]:
     out = {}
+    history = _history(store.edit_log())
     for n in tree:
         ev = _evaluation(store, tree, n.id)
         mine, theirs = _kernel(store, tree, n.id), _kernel(store, tree, n.parent_id)
@@ -158,7 +177,8 @@ def _details(store: Store, tree: Tree, calls: list, reasons: dict[str, str]) -> 
             "evaluation": None if ev is None else {
                 "status": ev.status.value, "message": ev.message[:4000], "compile_log": ev.compile_log[-4000:],
                 "wall_s": ev.wall_s, "load_s": ev.load_s, "infra_faults": ev.infra_faults},
-            "workloads": _workloads(ev), "llm_calls": [_call(c) for c in mine_calls]}
+            "workloads": _workloads(ev), "llm_calls": [_call(c) for c in mine_calls],
+            "history": history.get(n.id, [])[-60:]}
     return out
 
 
