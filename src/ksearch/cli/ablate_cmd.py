@@ -73,7 +73,8 @@ def ablate_command(
     queue_dir: str = typer.Option("", help="Queue backend: each run's prompts appear in QUEUE_DIR/<level>/."),
     max_cost: float | None = typer.Option(None, min=0.0, help="Per run: stop it (resumable) after this many USD."),
     max_tokens: int | None = typer.Option(None, min=1, help="Per run: stop it (resumable) after this many tokens."),
-    llm_timeout: float = typer.Option(300.0, help="Seconds per llm call (a queue waits this long).",
+    llm_timeout: float = typer.Option(300.0, help="Seconds one llm call may take in all, connect to last byte "
+                                                   "(each retry as long; a queue waits this long).",
                                       callback=positive_seconds),
     prices: str = typer.Option("", help="A YAML price table over the built-in one."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Runs at once (each in its own process)."),

@@ -283,7 +283,8 @@ def run_command(
                                                                "USD of calls."),
     max_tokens: int | None = typer.Option(None, min=1, help="llm proposer: stop (resumable) after this many "
                                                              "tokens."),
-    llm_timeout: float = typer.Option(300.0, help="llm proposer: seconds per call (a queue waits this long).",
+    llm_timeout: float = typer.Option(300.0, help="llm proposer: seconds one call may take in all, connect to last "
+                                                   "byte (each retry as long; a queue waits this long).",
                                       callback=positive_seconds),
     prices: str = typer.Option("", help="llm proposer: a YAML price table over the built-in one "
                                         "(USD per million input/output tokens per model)."),

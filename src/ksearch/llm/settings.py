@@ -23,8 +23,8 @@ class LLMSettings(BaseModel):
     ``planner_model`` / ``coder_model`` override it per role. ``context``: what the prompts carry (none: the
     task; hardware: + the hardware spec; full: + the knowledge pack and the world-model view).
     ``max_cost_usd`` / ``max_tokens``: the run stops cleanly (resumable) when its calls have spent this much.
-    ``timeout_s``: per call (a queue waits this long for a reply file); ``retries``: attempts after the first
-    on 429, 5xx and timeouts.
+    ``timeout_s``: per call attempt, in all: connect, first byte and whole body (a queue waits this long for a reply
+    file); ``retries``: attempts after the first on 429, 5xx and timeouts.
     """
 
     model_config = ConfigDict(extra="forbid")
