@@ -56,6 +56,27 @@ def test_the_tree_layout_centres_a_parent_over_its_children():
     assert pos["a"] == (0.5, -1.0) and pos["root"] == (1.25, 0.0)
 
 
+def test_a_tree_of_many_leaves_is_drawn_left_to_right_a_row_a_leaf():
+    from ksearch.report.html import WIDE_TREE, tree_figure
+
+    def figure(leaves: int):
+        raw = [{"id": "root", "status": "open"}] + [{"id": f"n{i}", "parent_id": "root", "action": {"title": "t"}}
+                                                    for i in range(leaves)]
+        tree = Tree.model_validate({"nodes": raw})
+        pos = layout(tree)
+        nodes = [{"id": n.id, "x": pos[n.id][0], "y": pos[n.id][1], "parent": n.parent_id, "status": "open",
+                  "label": n.label, "rating": 5.0, "confidence": 0.5, "best": False, "in_flight": False,
+                  "score": None} for n in tree]
+        fig = tree_figure({"nodes": nodes})
+        return next(t for t in fig.data if t.name == "nodes"), fig.layout
+
+    few, _ = figure(3)
+    assert sorted(set(few.y)) == [-1.0, 0.0]  # top down: y is minus the depth
+    many, lay = figure(WIDE_TREE + 6)
+    assert len(many.x) == WIDE_TREE + 7 and sorted(set(many.x)) == [0.0, 1.0]  # left to right: x is the depth
+    assert lay.height >= 22 * (WIDE_TREE + 6)
+
+
 def test_data_in_the_page_cannot_close_its_script_element_and_has_no_nan():
     from ksearch.report.html import _json
 

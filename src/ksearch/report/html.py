@@ -109,51 +109,65 @@ def curve_figure(data: dict, x: str) -> Any:
     return fig
 
 
+#: leaves above which the tree is drawn left to right (one row a leaf, the page scrolling down) instead of top down
+WIDE_TREE = 24
+
+
 def tree_figure(data: dict) -> Any:
     """The world model: one marker per node (coloured by status, sized by speedup, the best a star), labelled
-    with id, speedup, rating and confidence; edges from each node to its parent."""
+    with id, speedup, rating and confidence; edges from each node to its parent. Top down; left to right (a row
+    per leaf) for a tree of more than `WIDE_TREE` leaves."""
     go = _go()
     nodes = data["nodes"]
     at = {n["id"]: n for n in nodes}
+    depth = -min((n["y"] for n in nodes), default=0)
+    leaves = max((n["x"] for n in nodes), default=0) + 1
+    wide = leaves > WIDE_TREE
+    px = (lambda n: -n["y"]) if wide else (lambda n: n["x"])
+    py = (lambda n: -n["x"]) if wide else (lambda n: n["y"])
     ex: list[float | None] = []
     ey: list[float | None] = []
     for n in nodes:
         if n["parent"]:
             p = at[n["parent"]]
-            ex += [p["x"], n["x"], None]
-            ey += [p["y"], n["y"], None]
+            ex += [px(p), px(n), None]
+            ey += [py(p), py(n), None]
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line={"color": "#bbbbbb", "width": 1}, hoverinfo="skip",
                              showlegend=False))
 
     def text(n: dict) -> str:
         score = f" {n['score']:.2f}x" if n["score"] else ""
-        return f"{n['id']}{score}<br>r{n['rating']:.1f} c{n['confidence']:.2f}"
+        return f"{n['id']}{score}{' ' if wide else '<br>'}r{n['rating']:.1f} c{n['confidence']:.2f}"
 
     fig.add_trace(go.Scatter(
-        name="nodes", x=[n["x"] for n in nodes], y=[n["y"] for n in nodes], mode="markers+text",
-        text=[text(n) for n in nodes], textposition="bottom center", textfont={"size": 10},
-        customdata=[n["id"] for n in nodes],
+        name="nodes", x=[px(n) for n in nodes], y=[py(n) for n in nodes], mode="markers+text",
+        text=[text(n) for n in nodes], textposition="middle right" if wide else "bottom center",
+        textfont={"size": 9 if wide else 10}, customdata=[n["id"] for n in nodes],
         hovertext=[_plain(f"{n['id']} {n['label']}: {n['status']}") + (" (in flight)" if n["in_flight"] else "") +
                    (f", {n['score']:.3f}x" if n["score"] else "") +
                    f"<br>rating {n['rating']:.2f}, confidence {n['confidence']:.2f}" for n in nodes],
         hoverinfo="text", showlegend=False,
         marker={"color": [STATUS_COLOURS.get(n["status"], "#555") for n in nodes],
                 "symbol": ["star" if n["best"] else "circle" for n in nodes],
-                "size": [14 + 12 * min(2.0, max(0.0, math.log2(n["score"]))) if n["score"] else 11 for n in nodes],
+                "size": [(10 if wide else 14) + (6 if wide else 12) * min(2.0, max(0.0, math.log2(n["score"])))
+                         if n["score"] else (8 if wide else 11) for n in nodes],
                 "line": {"width": [2 if n["best"] else 1 for n in nodes], "color": "#333"}}))
     for status, colour in STATUS_COLOURS.items():  # the legend: one entry per status
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=status, marker={"color": colour,
                                                                                           "size": 10}))
-    depth = -min((n["y"] for n in nodes), default=0)
-    width = max((n["x"] for n in nodes), default=0)
-    if width > 10:  # a wide tree gets room (its box scrolls) instead of overlapping labels
-        fig.update_layout(width=int(80 * (width + 1.4)))
-    fig.update_layout(height=int(max(360, 160 + 95 * depth)), margin={"l": 10, "r": 10, "t": 10, "b": 10},
-                      xaxis={"visible": False, "range": [-0.7, width + 0.7]},
-                      yaxis={"visible": False, "range": [-depth - 0.6, 0.4]},
-                      legend={"orientation": "h", "y": 1.02}, hovermode="closest", clickmode="event",
-                      dragmode="pan", plot_bgcolor="white")
+    if wide:
+        fig.update_layout(height=int(90 + 22 * leaves), xaxis={"visible": False, "range": [-0.3, depth + 1.2]},
+                          yaxis={"visible": False, "range": [-leaves + 0.4, 0.6]})
+    else:
+        if leaves > 11:  # room for the labels (the box scrolls) instead of overlapping them
+            fig.update_layout(width=int(80 * (leaves + 0.4)))
+        fig.update_layout(height=int(max(360, 160 + 95 * depth)),
+                          xaxis={"visible": False, "range": [-0.7, leaves - 0.3]},
+                          yaxis={"visible": False, "range": [-depth - 0.6, 0.4]})
+    fig.update_layout(margin={"l": 10, "r": 10, "t": 10, "b": 10}, legend={"orientation": "h", "y": 1.02,
+                                                                           "yanchor": "bottom"},
+                      hovermode="closest", clickmode="event", dragmode="pan", plot_bgcolor="white")
     return fig
 
 
