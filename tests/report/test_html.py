@@ -159,7 +159,7 @@ def _facts(run_dir: str) -> dict:
 
 @pytest.fixture(scope="module")
 def reports(runs, tmp_path_factory):
-    """`ksearch report RUN -o FILE` of each run (and the default file for one)."""
+    """`ksearch report RUN -o FILE` of each run."""
     out = tmp_path_factory.mktemp("reports")
     paths = {}
     for name in ("patterns", "llm"):
