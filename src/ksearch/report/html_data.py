@@ -142,7 +142,7 @@ def _history(edits: list[dict]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for e in edits:
         body = e["edit"] if isinstance(e["edit"], dict) else {}
-        text = e["reason"] or (f"sent to be judged (candidate {body['candidate']})" if "dispatch" in body
+        text = e["reason"] or (f"sent to be judged (candidate {body.get('candidate')})" if "dispatch" in body
                                else json.dumps(body)[:300])
         for key in ("id", "node_id", "dispatch", "parent_id"):
             nid = body.get(key)
