@@ -165,3 +165,24 @@ def test_a_bad_final_row_does_not_break_show(finished, tmp_path, monkeypatch, fi
     assert r.exit_code == 0, r.output
     assert "final measurements" in r.output and "do not decode" in r.output
     assert runner.invoke(app, ["show", run_id, "--json"]).exit_code == 0
+
+
+def test_a_bad_final_row_is_measured_again_when_the_run_finishes(finished, tmp_path, monkeypatch):
+    import ksearch.run.session as session_mod
+    from ksearch.records import Evaluation, FinalMeasurements, Status
+
+    home, run_id = finished
+    copy = tmp_path / "runs" / run_id
+    shutil.copytree(home / "runs" / run_id, copy)
+    con = sqlite3.connect(copy / "run.sqlite")
+    con.execute("UPDATE baselines SET result_json = '{\"naive\": 3}' WHERE name = 'final'")
+    con.commit()
+    con.close()
+    monkeypatch.setattr(session_mod, "spec_for_run", lambda target, stored: SPEC)
+    again = FinalMeasurements(naive=Evaluation(candidate_id="naive", task="selective-scan", target="cpu",
+                                               status=Status.PASSED, message="measured again"))
+    monkeypatch.setattr(session_mod.Session, "_final_measurements", lambda self, best: again)
+    with session_mod.Session.resume(str(copy)) as s:
+        s.controller.start()
+        report = s.finish()
+        assert s.store.final() == again and report.evaluations == 4

@@ -235,7 +235,11 @@ class Session:
         run's report, kept in the store too (`FinalReport`: what `ksearch run --json` prints)."""
         c = self.controller
         best = c.best()
-        final = self.store.final()
+        try:
+            final = self.store.final()
+        except StoreError as e:  # a damaged row: measured again and replaced, not the end of the run
+            self.progress(f"final: the kept final measurements do not decode, measuring again ({e})")
+            final = None
         best_id = best[1].id if best else None
         source_path = candidate_path = reproduce = None
         if best:   # before the final measurements (minutes on big workloads): a run killed there keeps its best

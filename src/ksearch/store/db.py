@@ -158,7 +158,7 @@ class Store:
     """
 
     def __init__(self, path: Path, create: bool = False, readonly: bool = False):
-        self.path = Path(path)
+        self.path = Path(path).absolute()  # the file `_guard` watches, whatever the working directory becomes
         self.readonly = readonly and not create
         self._broken: str | None = None  # why writes stopped (`_guard`), or None
         self._wal: tuple[int, int] | None = None  # the -wal file this connection writes (device, inode)
