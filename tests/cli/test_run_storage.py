@@ -85,6 +85,31 @@ def test_a_full_disk_stops_a_run_with_one_line_and_resume_finishes_it(tmpfs, qui
     assert json.loads(r.stdout)["evaluations"] == 2
 
 
+def test_a_run_directory_removed_mid_run_stops_it_with_one_line_and_nothing_lost(tmp_path, quick, monkeypatch):
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
+    real = Store.record_step
+    removed: list[Path] = []
+
+    def record_then_remove(self, *args, **kwargs):
+        seq = real(self, *args, **kwargs)
+        if not removed:
+            removed.append(self.path.parent)
+            shutil.rmtree(self.path.parent)
+        return seq
+
+    monkeypatch.setattr(Store, "record_step", record_then_remove)
+    r = runner.invoke(app, [*RUN, "--budget", "2"])
+    assert r.exit_code == 3, r.output
+    (stop,) = [line for line in r.output.splitlines() if line.startswith("stopped:")]
+    assert "was removed while the run worked on it" in stop and "(1 evaluations) was written back" in stop, stop
+    run_id = removed[0].name
+    assert f"ksearch resume {run_id}" in stop
+    assert Store(removed[0] / "run.sqlite", readonly=True).evaluation_count() == 1
+    r = runner.invoke(app, ["resume", run_id, "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["evaluations"] == 2
+
+
 def test_a_run_that_cannot_start_leaves_no_directory(tmp_path, quick, monkeypatch):
     monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
     task = tmp_path / "task"

@@ -135,8 +135,9 @@ def _stopped_by_storage(session: Session, e: OSError | StoreWriteError, as_json:
     except Exception:  # the same disk: the run reads as stopped anyway once no process holds its lock
         pass
     what = str(e) if isinstance(e, StoreWriteError) else f"{e.strerror or e}: {e.filename or ''}".rstrip(": ")
-    err.print(f"\nstopped: {escape(what)}; once that is fixed, continue with [bold]ksearch resume "
-              f"{session.run_id}[/]", highlight=False, soft_wrap=True)
+    how = "" if "ksearch resume" in what else \
+        f"; once that is fixed, continue with [bold]ksearch resume {session.run_id}[/]"
+    err.print(f"\nstopped: {escape(what)}{how}", highlight=False, soft_wrap=True)
     if as_json:
         typer.echo(json.dumps({"run_id": session.run_id, "status": "stopped", "reason": what}, indent=2))
     raise typer.Exit(3) from None
