@@ -22,16 +22,23 @@ def local(tiny_spec, monkeypatch):
 
 
 @needs_cc
-def test_a_poisoned_bandwidth_is_measured_again_quickly(local):
+def test_a_poisoned_bandwidth_is_measured_again_and_only_it(local):
     poisoned = local.model_copy(update={"memory_bandwidth_gbs": 0.002})  # 1000s of times too low anywhere
     reprobe(poisoned, "compute", seconds=0.02)  # builds the probes of this process once
     t = time.perf_counter()
     fixed = reprobe(poisoned, "memory")
     took = time.perf_counter() - t
     assert fixed.memory_bandwidth_gbs > 1.0 and fixed.measured["memory_bandwidth_gbs"].probe.startswith("stream_")
-    assert "re-probed" in fixed.measured["memory_bandwidth_gbs"].notes
+    before, after = poisoned.measured.get("memory_bandwidth_gbs"), fixed.measured["memory_bandwidth_gbs"]
+    # measured again: its runs add to the old record's; the note is the better run's (the old one's where a busy
+    # machine made the new run slower)
+    assert after.runs > (before.runs if before is not None else 0)
+    assert "re-probed" in after.notes or (before is not None and after.best == before.best), after
     assert fixed.cache_bandwidth_gbs or not fixed.caches  # the cache levels were measured too
-    assert took < 4.0, f"reprobe('memory') took {took:.1f} s"
+    # only the memory probes ran (the compute and exp records are untouched): seconds, not the whole probe suite
+    for key in ("exp_rate_per_s", *(k for k in poisoned.measured if k.startswith("peak_flops."))):
+        assert fixed.measured.get(key) == poisoned.measured.get(key), key
+    assert took < 30.0, f"reprobe('memory') took {took:.1f} s"  # a hang guard: ~1-4 s on 2 cores, quiet to busy
 
 
 def test_quiet_figures_raise_the_spec_and_the_cache(fake, local):
