@@ -118,6 +118,10 @@ class ExportError(KsearchError):
     """A run or candidate that cannot be exported (not an mlx target, no best kernel, a bad file)."""
 
 
+class ReportError(KsearchError):
+    """A report that cannot be written where it was asked for (``-o`` naming a directory or a device)."""
+
+
 class DeviceNeeded(KsearchError):
     """The static pass is done (`ksearch.search.static_pass`); the next step (judging) needs the target's device."""
 

@@ -231,3 +231,18 @@ def test_best_score_is_the_world_models_best_not_the_highest_score(tmp_path):
     with pytest.raises(StoreError, match="world model does not load"):
         s.best_score()
     s.close()
+
+
+def test_an_empty_run_id_is_no_run_not_the_only_one(tmp_path, monkeypatch):
+    # '' is a prefix of every id: `ksearch report "$RUN"` with RUN unset drew the only run there was
+    from ksearch.store.runs import find_run, run_dir
+
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    s = Store(run_dir("only-one") / "run.sqlite", create=True)
+    s.create_run("only-one", "t", "cpu", {}, {}, None)
+    s.close()
+    assert find_run("only") == run_dir("only-one") / "run.sqlite"
+    for blank in ("", " "):
+        with pytest.raises(StoreError, match="no run given"):
+            find_run(blank)

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ksearch.errors import StoreError
+from ksearch.errors import ReportError, StoreError
 from ksearch.report.html_data import curve_points, run_data
 from ksearch.store.db import Store
 
@@ -289,8 +289,15 @@ def write_html(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` whole or not at all (a temporary file renamed over it: a page reloading while
     it is re-written never reads half a file)."""
     path = Path(path)
+    if path.exists() and not path.is_file():  # renamed over, a directory breaks and a device or FIFO is replaced
+        what = "a directory" if path.is_dir() else "not a regular file"
+        raise ReportError(f"{path} is {what}: the report is written to a file (-o FILE.html)")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path

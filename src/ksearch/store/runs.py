@@ -38,6 +38,8 @@ def find_run(run: str) -> Path:
     Raises:
         StoreError: no such run, or a prefix that matches several.
     """
+    if not run.strip():  # '' is a prefix of every id (and Path('') the working directory): never "the one run"
+        raise StoreError("no run given: a run id, a unique prefix of one, or its directory (see `ksearch runs list`)")
     p = Path(run)
     if p.is_file():
         return p
