@@ -290,12 +290,14 @@ def test_cli_tasks_show_import_and_run_without_a_pack(tmp_path, monkeypatch):
     r = runner.invoke(app, ["tasks", "show", f"{ROOT}/rmsnorm_h4096", "--workloads-file", str(wl), "--json"])
     assert r.exit_code == 0, r.output
     assert [w["axes"] for w in json.loads(r.output)["workloads"]] == [{"batch_size": 9}]
-    r = runner.invoke(app, ["tasks", "import", f"{ROOT}/rmsnorm_h4096", "-o", str(tmp_path / "t")])
+    folder = tmp_path / "my task"  # the command it suggests quotes the path for the shell
+    r = runner.invoke(app, ["tasks", "import", f"{ROOT}/rmsnorm_h4096", "-o", str(folder)])
     assert r.exit_code == 0, r.output
-    (tmp_path / "t" / "naive.cpu.c").write_text(K.RMSNORM)
+    (folder / "naive.cpu.c").write_text(K.RMSNORM)
     monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
-    r = runner.invoke(app, ["run", str(tmp_path / "t"), "--budget", "1"])
+    r = runner.invoke(app, ["run", str(folder), "--budget", "1"])
     assert r.exit_code == 2 and "--model MODEL" in r.output and "no knowledge pack" in r.output, r.output
+    assert f"ksearch run '{folder}' --target" in r.output, r.output
 
 
 def test_safetensors_bfloat16_and_float8_tensors_come_back_as_their_bits(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import time
 from pathlib import Path
 
@@ -377,7 +378,7 @@ def _pack_or_hint(task: str, workloads_file: str | None, target: str) -> None:
         if not str(e).startswith("no knowledge pack"):
             raise
         refuse(f"{e}. The patterns proposer (the default) composes kernels from a knowledge pack, and none covers "
-               f"task {t.name!r} on {target}: run it with a model instead, e.g. `ksearch run {task} --target "
+               f"task {t.name!r} on {target}: run it with a model instead, e.g. `ksearch run {shlex.quote(task)} --target "
                f"{target} --model MODEL` (--backend openai|anthropic with --base-url/--api-key-env for an endpoint, "
                "--backend command --command CMD for a program that answers a prompt on stdin, or --backend queue "
                "--queue-dir DIR to answer the prompts yourself)")
