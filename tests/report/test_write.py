@@ -26,3 +26,32 @@ def test_a_directory_or_a_fifo_is_refused_and_left_as_it_was(tmp_path):
     with pytest.raises(ReportError, match="not a regular file"):
         write_html(fifo, "page")
     assert fifo.is_fifo() and sorted(os.listdir(tmp_path)) == ["pipe.html"]
+
+
+def test_a_store_whose_pages_do_not_read_is_a_store_error_not_a_traceback(tmp_path):
+    # bytes overwritten on disk: a snapshot whose text is not UTF-8 was sqlite3.OperationalError out of the report
+    import sqlite3
+
+    from ksearch.errors import StoreError
+    from ksearch.records import Candidate, Evaluation, Status
+    from ksearch.report.html import render_run
+    from ksearch.store.db import Store
+
+    path = tmp_path / "run" / "run.sqlite"
+    path.parent.mkdir()
+    s = Store(path, create=True)
+    s.create_run("r1", "t", "null", {}, {}, None)
+    c = Candidate(target="null", sources={"k.py": "x"})
+    s.record_step(c, Evaluation(candidate_id=c.id, task="t", target="null", status=Status.PASSED), 1.0,
+                  '{"nodes": []}', "{}", None)
+    s.close()
+    con = sqlite3.connect(path)
+    with con:
+        con.execute("UPDATE snapshots SET tree_json = CAST(x'7b22ff' AS TEXT)")
+    con.close()
+    s = Store(path, readonly=True)
+    try:
+        with pytest.raises(StoreError, match=r"run.sqlite cannot be drawn: it does not read .* runs check .*--repair"):
+            render_run(s)
+    finally:
+        s.close()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -201,6 +202,12 @@ def _plotlyjs() -> str:
     return get_plotlyjs()
 
 
+def _damaged(store: Store, e: sqlite3.DatabaseError) -> StoreError:
+    detail = str(e).strip().splitlines()[0].split(" with text ")[0][:200] if str(e).strip() else type(e).__name__
+    return StoreError(f"{store.path} cannot be drawn: it does not read ({detail}); `ksearch runs check "
+                      f"{store.path.parent} --repair` rebuilds it from what is intact")
+
+
 def render_run(store: Store, live_s: float | None = None) -> str:
     """The run's page as HTML text. ``live_s``: the page reloads itself every ``live_s`` seconds (``--live``).
     Raises StoreError for a store that cannot be read."""
@@ -208,6 +215,8 @@ def render_run(store: Store, live_s: float | None = None) -> str:
         data = run_data(store)
     except ValueError as e:  # a stored record that does not validate (pydantic's ValidationError is a ValueError)
         raise StoreError(f"{store.path} cannot be drawn: a record does not load: {str(e).strip()[:300]}") from None
+    except sqlite3.DatabaseError as e:  # damaged pages, text that is not UTF-8: the store's own reads say so too
+        raise _damaged(store, e) from None
     figures = {"curve-evals": curve_figure(data, "seq"), "curve-time": curve_figure(data, "t_s")}
     if data["nodes"]:
         figures["tree"] = tree_figure(data)
@@ -273,6 +282,8 @@ def render_group(title: str, runs: list[tuple[str, str, str]], result: AblationR
         store = open_run(run_id, readonly=True)
         try:
             curves[label] = curve_points(store)
+        except sqlite3.DatabaseError as e:
+            raise _damaged(store, e) from None
         finally:
             store.close()
         groups[label] = group
