@@ -290,6 +290,24 @@ def test_command_nonzero_exit_is_final_with_stderr(tmp_path):
     assert records[0].attempts == 1 and "quota exceeded" in records[0].error
 
 
+def test_command_that_prints_without_end_is_stopped_at_the_stdout_cap(monkeypatch):
+    """``--command yes`` read every byte into memory (2.5 GB in 2 s, 14 GB in a run) and held the call far past
+    --llm-timeout: stdout is read up to a cap, then the program is killed and the call fails (final) saying so."""
+    import time
+
+    from ksearch.llm import backends
+
+    monkeypatch.setattr(backends, "_STDOUT_BYTES", 1 << 20)
+    t0 = time.monotonic()
+    with pytest.raises(LLMError, match=r"yes printed more than 1 MB on stdout \(killed\)"):
+        CommandBackend("yes").complete(MSGS, model="m", max_tokens=10, temperature=0, timeout_s=20)
+    assert time.monotonic() - t0 < 3
+    # a long stderr is kept as its tail, a long stdout under the cap comes whole
+    reply = CommandBackend("sh -c 'yes e | head -c 3000000 >&2; head -c 500000 /dev/zero | tr \"\\0\" x'").complete(
+        MSGS, model="m", max_tokens=10, temperature=0, timeout_s=20)
+    assert reply.text == "x" * 500000
+
+
 def test_command_missing_program_and_bad_command(tmp_path):
     # refused when the backend is made (before a run exists), not at the run's first call
     with pytest.raises(ConfigError, match="'no-such-program-ksearch' is not a program that can be run"):

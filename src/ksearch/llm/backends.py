@@ -48,6 +48,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from contextvars import ContextVar
 from datetime import datetime, timezone
@@ -354,10 +355,14 @@ class CommandBackend:
         except OSError as e:
             raise LLMError(f"command backend: cannot start {argv[0]!r}: {e.strerror or e}") from None
         try:
-            out, err = proc.communicate(render_plain(messages).encode(), timeout=timeout_s)
+            out, err = _communicate(proc, render_plain(messages).encode(), t0 + timeout_s)
         except subprocess.TimeoutExpired:
             self._kill(proc)
             raise TransientLLMError(f"command: {argv[0]} gave no reply within {timeout_s:g} s (killed)") from None
+        except _TooLong:
+            self._kill(proc)
+            raise LLMError(f"command: {argv[0]} printed more than {_STDOUT_BYTES >> 20} MB on stdout (killed): "
+                           "not a reply") from None
         except BaseException:
             self._kill(proc)
             raise
@@ -386,9 +391,71 @@ class CommandBackend:
         except (ProcessLookupError, PermissionError):
             pass
         try:
-            proc.communicate(timeout=5)
-        except (subprocess.TimeoutExpired, ValueError, OSError):
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
             pass
+
+
+#: bytes of a command's stdout read at most: past them the program is killed (``yes`` as the command filled
+#: 2.5 GB of memory in 2 s and held the call far past --llm-timeout)
+_STDOUT_BYTES = 64 << 20
+
+
+class _TooLong(Exception):
+    """The command printed more than `_STDOUT_BYTES` on stdout."""
+
+
+def _communicate(proc: subprocess.Popen, data: bytes, deadline: float) -> tuple[bytes, bytes]:
+    """``proc.communicate(data)`` until the monotonic ``deadline`` (then TimeoutExpired), reading at most
+    `_STDOUT_BYTES` of stdout (then `_TooLong`) and keeping the last `_STDERR_CHARS` * 4 bytes of stderr."""
+    out: list[bytes] = []
+    err = bytearray()
+    over = threading.Event()
+
+    def feed() -> None:
+        try:
+            with proc.stdin:  # type: ignore[union-attr]
+                proc.stdin.write(data)  # type: ignore[union-attr]
+        except (BrokenPipeError, OSError, ValueError):  # a program that does not read its stdin
+            pass
+
+    def drain_out() -> None:
+        size = 0
+        with proc.stdout:  # type: ignore[union-attr]
+            while block := proc.stdout.read1(1 << 16):  # type: ignore[union-attr]
+                size += len(block)
+                if size > _STDOUT_BYTES:
+                    over.set()
+                    return
+                out.append(block)
+
+    def drain_err() -> None:
+        with proc.stderr:  # type: ignore[union-attr]
+            while block := proc.stderr.read1(1 << 16):  # type: ignore[union-attr]
+                err.extend(block)
+                del err[:-_STDERR_CHARS * 4]
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (feed, drain_out, drain_err)]
+    for t in threads:
+        t.start()
+    while True:
+        if over.is_set():
+            raise _TooLong
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, 0)
+        try:
+            proc.wait(timeout=min(left, 0.05))
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    for t in threads[1:]:  # the pipes' ends: a child the program left behind may still hold them
+        t.join(max(deadline - time.monotonic(), 0.0))
+        if t.is_alive():
+            raise subprocess.TimeoutExpired(proc.args, 0)
+    if over.is_set():
+        raise _TooLong
+    return b"".join(out), bytes(err)
 
 
 def _atomic_write(path: Path, text: str) -> None:
