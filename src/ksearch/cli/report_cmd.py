@@ -81,7 +81,8 @@ def _watch(run: str, path: Path, every: float) -> None:
     except KeyboardInterrupt:
         pass
     _render(open_run(run, readonly=True), path, None)
-    typer.echo(f"the run is {seen[1]}: wrote {path} (no longer reloading)")
+    status = "stopped" if seen[1] == "running" and not seen[2] else seen[1]  # killed, or its directory removed
+    typer.echo(f"the run is {status}: wrote {path} (no longer reloading)")
 
 
 def _render(store, path: Path, live_s: float | None) -> None:

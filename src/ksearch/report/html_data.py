@@ -308,7 +308,12 @@ def run_data(store: Store) -> dict:
                           "score": n.evaluation.score if n.evaluation else None})
         reasons = {d["node_id"]: d.get("reason", "") for d in store.decisions() if d.get("node_id")}
         details = _details(store, tree, calls, reasons)
-    return {"run": {"id": info["id"], "task": info["task"], "target": info["target"], "status": info["status"],
+    from ksearch.store.runs import _locked  # the lock `ksearch runs list` reads too
+
+    status = info["status"]
+    if status == "running" and not _locked(store.path.parent):  # killed: no process works on it (resumable)
+        status = "stopped"
+    return {"run": {"id": info["id"], "task": info["task"], "target": info["target"], "status": status,
                     "created_at": info["created_at"], "updated_at": info["updated_at"],
                     "budget": cfg.get("budget"), "proposer": cfg.get("proposer"),
                     "strategy": (cfg.get("strategy") or {}).get("kind") if isinstance(cfg.get("strategy"), dict)
