@@ -58,7 +58,7 @@ def test_a_store_whose_pages_do_not_read_is_a_store_error_not_a_traceback(tmp_pa
 
 
 def test_a_killed_run_is_drawn_stopped_and_a_held_one_running(tmp_path):
-    # kill -9 leaves the stored status 'running': `runs list` said stopped, the page said running
+    # kill -9 leaves the stored status 'running': `runs list` said stopped, the page and `show` said running
     import fcntl
 
     from ksearch.report.html_data import run_data
@@ -67,9 +67,15 @@ def test_a_killed_run_is_drawn_stopped_and_a_held_one_running(tmp_path):
     path = tmp_path / "run" / "run.sqlite"
     path.parent.mkdir()
     s = Store(path, create=True)
-    s.create_run("r1", "t", "null", {}, {}, None)
+    s.create_run("r1", "t", "null", {"task": "t", "target": "null"}, {}, None)
     try:
         assert s.run()["status"] == "running" and run_data(s)["run"]["status"] == "stopped"
+        from typer.testing import CliRunner
+
+        from ksearch.cli import app
+
+        r = CliRunner().invoke(app, ["show", str(path.parent), "--json"])
+        assert r.exit_code == 0 and '"status": "stopped"' in r.output, r.output  # `ksearch show` too
         with open(path.parent / "lock", "a") as held:
             fcntl.flock(held, fcntl.LOCK_EX)  # a process works on it
             assert run_data(s)["run"]["status"] == "running"

@@ -13,7 +13,7 @@ from ksearch.records import Candidate, FinalReport
 from ksearch.report.kernels import candidate_diff, source_text
 from ksearch.report.summary import decision_path, summary_table, tree_view, verdict_lines
 from ksearch.report.tables import wide_console
-from ksearch.store.runs import open_run
+from ksearch.store.runs import current_status, open_run
 
 OPEN_HELP = ("Also list the open actions: moves the planner has put in the tree and the search has not tried yet "
              "(each with its rating and confidence, the priors that order them), and the dropped ones. Without it "
@@ -42,6 +42,7 @@ def show_command(
     store = open_run(run, readonly=True)
     try:
         info = store.run()
+        info = {**info, "status": current_status(store.path.parent, info["status"])}  # killed: stopped
         cfg = run_config(store)
         notes = [f"{store.path} is damaged (integrity check: {line}): `ksearch runs check {run} --repair`"
                  for line in store.quick_check()[:1]]

@@ -308,11 +308,9 @@ def run_data(store: Store) -> dict:
                           "score": n.evaluation.score if n.evaluation else None})
         reasons = {d["node_id"]: d.get("reason", "") for d in store.decisions() if d.get("node_id")}
         details = _details(store, tree, calls, reasons)
-    from ksearch.store.runs import _locked  # the lock `ksearch runs list` reads too
+    from ksearch.store.runs import current_status
 
-    status = info["status"]
-    if status == "running" and not _locked(store.path.parent):  # killed: no process works on it (resumable)
-        status = "stopped"
+    status = current_status(store.path.parent, info["status"])  # a killed run is stopped, as `runs list` says
     return {"run": {"id": info["id"], "task": info["task"], "target": info["target"], "status": status,
                     "created_at": info["created_at"], "updated_at": info["updated_at"],
                     "budget": cfg.get("budget"), "proposer": cfg.get("proposer"),

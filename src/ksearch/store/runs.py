@@ -86,9 +86,7 @@ def list_runs() -> list[dict]:
             continue
         try:
             info = store.run()
-            status = info["status"]
-            if status == "running" and not _locked(d):
-                status = "stopped"
+            status = current_status(d, info["status"])
             try:
                 best = store.best_score()
             except StoreError:  # a damaged world model: the run is listed, its best unknown (`show` says why)
@@ -102,6 +100,12 @@ def list_runs() -> list[dict]:
             store.close()
     rows.sort(key=lambda r: (r.get("created_at") or "", r["id"]), reverse=True)
     return rows
+
+
+def current_status(directory: Path, status: str) -> str:
+    """A run's stored ``status`` as it stands: ``running`` with no process holding the run's lock is ``stopped``
+    (killed, or its directory removed: `ksearch resume` continues it)."""
+    return "stopped" if status == "running" and not _locked(directory) else status
 
 
 def _locked(directory: Path) -> bool:
