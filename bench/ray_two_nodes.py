@@ -248,7 +248,7 @@ def markdown(r: dict) -> str:
              f"`{r['command']}`", "",
              f"- machine: {m.get('cpu', '?')}, {m.get('cores')} cores, {m.get('platform')}; CPU only, one machine, "
              "two Ray nodes (each its own raylet) standing for two hosts",
-             f"- others' load before: {r['others_load_cores_before']} busy cores; load average after: "
+             f"- others' load before: {r['others_load_cores_before']:.2f} busy cores; load average after: "
              f"{' '.join(m.get('loadavg_after', []))}",
              f"- versions: python {m.get('python')}, ray {m.get('ray')}, numpy {m.get('numpy')}, {m.get('cc')}, "
              f"ksearch {m.get('ksearch_commit')}",
