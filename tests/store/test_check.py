@@ -107,3 +107,26 @@ def test_show_says_what_is_damaged(six, tmp_path):
     con.close()
     r = runner.invoke(app, ["show", str(path.parent)])
     assert r.exit_code == 0 and "snapshot 6 does not decode" in r.output and "going on from snapshot 5" in r.output
+
+
+def test_a_store_sqlite_cannot_open_is_damaged_and_the_commands_it_prints_name_the_run_as_given(six, tmp_path):
+    """A truncated or overwritten header (SQLite: "database disk image is malformed") was exit 2 as if no store were
+    there, an empty file exit 1 (damaged): it is damaged, exit 1, and --repair says it cannot rebuild it. The
+    commands printed named the run by its directory's name, not found for a copy outside KSEARCH_HOME."""
+    path, _ = _copy(six, tmp_path)
+    moved = tmp_path / "a copy" / "run.sqlite"
+    moved.parent.mkdir()
+    shutil.copy(path, moved)
+    con = sqlite3.connect(moved)
+    with con:
+        con.execute("UPDATE snapshots SET tree_json = '{' WHERE seq = 6")
+    con.close()
+    r = runner.invoke(app, ["runs", "check", str(moved.parent)])
+    assert r.exit_code == 1 and f"`ksearch runs check '{moved.parent}' --repair`" in r.output, r.output
+    with open(path, "r+b") as f:
+        f.write(b"\0" * 100)  # the header
+    before = path.read_bytes()
+    for args in ([], ["--repair"]):
+        r = runner.invoke(app, ["runs", "check", str(path.parent), *args])
+        assert r.exit_code == 1 and "damaged" in r.output and "is not a usable ksearch run store" in r.output, r.output
+    assert "--repair cannot rebuild it" in r.output and path.read_bytes() == before

@@ -4,9 +4,11 @@ reads decodes), and its rebuild from what is (`ksearch.store.check`)."""
 from __future__ import annotations
 
 import json
+import shlex
 
 import typer
 
+from ksearch.errors import StoreError
 from ksearch.report.tables import wide_console
 
 
@@ -19,15 +21,20 @@ def check_command(
     as_json: bool = typer.Option(False, "--json", help="Print the findings as JSON."),
 ) -> None:
     """Check a run's store; exit 0 when it is intact (or was repaired), 1 when it is damaged (and not repaired)."""
-    from ksearch.store.check import check, repair as rebuild
+    from ksearch.store.check import CheckReport, check, repair as rebuild
     from ksearch.store.runs import find_run
 
     path = find_run(run)
-    found = check(path)
+    unreadable = None
+    try:
+        found = check(path)
+    except StoreError as e:  # not an SQLite file any more (truncated, overwritten from the start): damaged too
+        found, unreadable = CheckReport(path, problems=[str(e)]), str(e)
     fixed = aside = None
-    if not found.ok and repair:
+    if not found.ok and repair and unreadable is None:
         fixed, aside = rebuild(path)
     final = fixed or found
+    again = shlex.quote(run)  # the run as given: a path outside KSEARCH_HOME is not found by its directory's name
     if as_json:
         typer.echo(json.dumps({"run": path.parent.name, "path": str(path), "ok": found.ok, "problems": found.problems,
                                "repaired": fixed is not None, "damaged_copy": str(aside) if aside else None,
@@ -41,11 +48,14 @@ def check_command(
             out.print(f"run {name}: damaged", highlight=False, markup=False)
             for line in found.problems:
                 out.print(f"  {line}", highlight=False, markup=False)
-            if fixed is None:
-                out.print(f"`ksearch runs check {name} --repair` rebuilds it from what is intact",
+            if unreadable is not None:
+                out.print("SQLite does not open it: --repair cannot rebuild it (a backup of the run's directory can "
+                          "be checked the same way: `ksearch runs check DIR`)", highlight=False, markup=False)
+            elif fixed is None:
+                out.print(f"`ksearch runs check {again} --repair` rebuilds it from what is intact",
                           highlight=False, markup=False)
             else:
-                out.print(f"repaired: {_rows(fixed)}; the damaged file is kept as {aside}; `ksearch resume {name}` "
+                out.print(f"repaired: {_rows(fixed)}; the damaged file is kept as {aside}; `ksearch resume {again}` "
                           f"goes on from snapshot {fixed.newest_snapshot}", highlight=False, markup=False)
     if not final.ok:
         raise typer.Exit(1)
