@@ -81,3 +81,17 @@ def test_a_killed_run_is_drawn_stopped_and_a_held_one_running(tmp_path):
             assert run_data(s)["run"]["status"] == "running"
     finally:
         s.close()
+
+
+def test_live_on_a_comparison_says_what_it_is_not_no_run(tmp_path, monkeypatch):
+    import types
+
+    from typer.testing import CliRunner
+
+    from ksearch.cli import app
+    from ksearch.run import ablate
+
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path))
+    monkeypatch.setattr(ablate, "load", lambda ident: types.SimpleNamespace(variants=["worldmodel-0"]))
+    r = CliRunner().invoke(app, ["report", "cmp-1", "--live"])
+    assert r.exit_code != 0 and "cmp-1 is a comparison: --live watches one run" in str(r.exception), r.output

@@ -34,6 +34,7 @@ def report_command(
         store = open_run(run, readonly=True)
     except StoreError as run_error:
         if live:
+            _not_a_group(run)
             raise
         path = _group(run, out, run_error)
     else:
@@ -90,6 +91,20 @@ def _render(store, path: Path, live_s: float | None) -> None:
         write_html(path, render_run(store, live_s=live_s))
     finally:
         store.close()
+
+
+def _not_a_group(ident: str) -> None:
+    """With --live: a comparison's or an ablation's id is refused saying so (its runs are watched one by one), not
+    as "no run"."""
+    from ksearch.run.ablate import load
+
+    try:
+        ab = load(ident)
+    except StoreError:
+        return
+    kind = "comparison" if ab.variants else "ablation"
+    raise StoreError(f"{ident} is a {kind}: --live watches one run (`ksearch report {ident}` draws the {kind}'s runs "
+                     "side by side; `ksearch runs list` lists the runs, each watched with --live)")
 
 
 def _group(ident: str, out: Path | None, run_error: StoreError) -> Path:
