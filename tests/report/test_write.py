@@ -95,3 +95,17 @@ def test_live_on_a_comparison_says_what_it_is_not_no_run(tmp_path, monkeypatch):
     monkeypatch.setattr(ablate, "load", lambda ident: types.SimpleNamespace(variants=["worldmodel-0"]))
     r = CliRunner().invoke(app, ["report", "cmp-1", "--live"])
     assert r.exit_code != 0 and "cmp-1 is a comparison: --live watches one run" in str(r.exception), r.output
+
+
+def test_a_write_that_fails_names_the_page_and_leaves_nothing(tmp_path, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    def full(self, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")  # as a write on a full disk: no file named
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError) as e:
+        write_html(tmp_path / "r.html", "page")
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / "r.html")
+    assert os.listdir(tmp_path) == []

@@ -308,7 +308,9 @@ def write_html(path: Path, text: str) -> Path:
     try:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.filename is None:  # a failed write names no file: "No space left on device"
+            raise OSError(e.errno, e.strerror, str(path)) from None
         raise
     return path
