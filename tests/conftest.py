@@ -15,8 +15,10 @@ def pytest_addoption(parser):
 
 @pytest.fixture(scope="session", autouse=True)
 def _session_load(request):
-    """With ``--under-load``: a busy loop on every usable CPU for the whole session (`detached_loops`)."""
-    if not request.config.getoption("--under-load"):
+    """With ``--under-load``: a busy loop on every usable CPU for the whole session (`detached_loops`); under
+    pytest-xdist, started by the first worker only (one loop a CPU in all, not one a CPU per worker)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    if not request.config.getoption("--under-load") or worker != "gw0":
         yield None
         return
     from tests.hardware.loadgen import detached_loops
