@@ -109,3 +109,15 @@ def test_a_write_that_fails_names_the_page_and_leaves_nothing(tmp_path, monkeypa
         write_html(tmp_path / "r.html", "page")
     assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / "r.html")
     assert os.listdir(tmp_path) == []
+
+
+def test_live_every_is_bounded(tmp_path, monkeypatch):
+    # --every inf reached the page's setTimeout as int(inf): an OverflowError traceback
+    from typer.testing import CliRunner
+
+    from ksearch.cli import app
+
+    monkeypatch.setenv("KSEARCH_HOME", str(tmp_path))
+    for every in ("inf", "1e308"):
+        r = CliRunner().invoke(app, ["report", "r", "--live", "--every", every])
+        assert r.exit_code == 2 and "Invalid value for '--every'" in r.output, r.output  # a usage error

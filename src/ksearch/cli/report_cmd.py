@@ -22,7 +22,7 @@ def report_command(
     live: bool = typer.Option(False, "--live", help="Watch a run in progress: re-write the file whenever an "
                               "evaluation is committed or the run's status changes (the page reloads itself every "
                               "--every seconds) until the run stops or Ctrl-C."),
-    every: float = typer.Option(5.0, "--every", min=1.0, help="With --live: seconds between looks at the run "
+    every: float = typer.Option(5.0, "--every", min=1.0, max=86400.0, help="With --live: seconds between looks at the run "
                                 "(and between the page's reloads)."),
 ) -> None:
     """A run's search as one HTML page, viewable offline: best-so-far curves, the world model's tree (click a
