@@ -7,10 +7,17 @@ from typing import NoReturn
 import typer
 
 
+#: the longest duration `positive_seconds` takes (``inf`` reached thread waits and timers as an OverflowError)
+MAX_SECONDS = 1e6
+
+
 def positive_seconds(value: float) -> float:
-    """A duration that must be more than zero (``--timeout``). Raises typer.BadParameter."""
+    """A duration that must be more than zero and at most `MAX_SECONDS` (``--timeout``). Raises
+    typer.BadParameter."""
     if not value > 0:  # NaN too
         raise typer.BadParameter(f"must be more than 0 seconds, not {value:g}")
+    if value > MAX_SECONDS:
+        raise typer.BadParameter(f"must be at most {MAX_SECONDS:g} seconds, not {value:g}")
     return value
 
 
