@@ -113,7 +113,9 @@ def test_a_child_reaped_within_the_window_stays_ours():
 def test_excluded_sessions_count_as_ours():
     with detached_loops(1) as pids:
         counted, theirs = _window(pids, sessions=pids)  # each loop leads its own session
-        assert theirs > 0.5, f"the loop ran {theirs:.2f} cores, too little to test with"
+        # > 0.3 as above: on a loaded machine (pytest --under-load) one loop got 0.50 cores; what is checked is
+        # relative to what it ran
+        assert theirs > 0.3, f"the loop ran {theirs:.2f} cores, too little to test with"
         assert counted.ours_cores >= 0.85 * theirs - 0.1, (counted, theirs)
         plain, theirs = _window(pids)
         assert plain.ours_cores < 0.2 and plain.busy_cores >= 0.85 * theirs - 0.1, (plain, theirs)
