@@ -40,7 +40,7 @@ def check_command(
                                "repaired": fixed is not None, "damaged_copy": str(aside) if aside else None,
                                "rows": final.rows, "newest_snapshot": final.newest_snapshot}, indent=2))
     else:
-        out = wide_console()
+        out = wide_console(soft_wrap=True)  # paths and commands whole on one line each, to copy
         name = path.parent.name
         if found.ok:
             out.print(f"run {name}: intact ({_rows(found)})", highlight=False, markup=False)

@@ -79,8 +79,8 @@ def show_command(
     out = wide_console()
     out.print(f"[bold]{info['id']}[/] · {info['task']} · {info['target']} · {info['status']} · "
               f"{len(evals)} of {cfg.budget} evaluations · created {info['created_at']}")
-    for line in notes:  # a damaged file, a newest snapshot that does not decode
-        out.print(line, highlight=False, markup=False)
+    for line in notes:  # a damaged file, a newest snapshot that does not decode (whole: it names paths)
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
     if tree is None:
         out.print("no tree yet")
         return
