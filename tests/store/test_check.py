@@ -34,6 +34,14 @@ def _copy(six, tmp_path):
     return tmp_path / "r" / "run.sqlite", cfg
 
 
+def _set_newest_snapshot(path, column: str, value: str) -> None:
+    """Write ``value`` (JSON that does not decode) into ``column`` of the newest snapshot."""
+    con = sqlite3.connect(path)
+    with con:
+        con.execute(f"UPDATE snapshots SET {column} = ? WHERE seq = (SELECT MAX(seq) FROM snapshots)", (value,))
+    con.close()
+
+
 def _overwrite_a_leaf_of(path, table: str) -> None:
     """Random bytes over the first half of one leaf page of ``table`` (its header and cell pointers)."""
     con = sqlite3.connect(path)
@@ -79,10 +87,7 @@ def test_a_damaged_evaluations_page_loses_only_its_rows(six, tmp_path):
 
 def test_a_newest_snapshot_that_does_not_decode_is_skipped_on_resume(six, tmp_path):
     path, cfg = _copy(six, tmp_path)
-    con = sqlite3.connect(path)
-    con.execute("UPDATE snapshots SET tree_json = '{\"nodes\": 7' WHERE seq = (SELECT MAX(seq) FROM snapshots)")
-    con.commit()
-    con.close()
+    _set_newest_snapshot(path, "tree_json", '{"nodes": 7')
     found = check(path)
     assert not found.ok and found.snapshots_damaged == 1 and "snapshots row 6 does not decode" in found.problems[0]
     said: list[str] = []
@@ -101,10 +106,7 @@ def test_a_newest_snapshot_that_does_not_decode_is_skipped_on_resume(six, tmp_pa
 
 def test_show_says_what_is_damaged(six, tmp_path):
     path, _ = _copy(six, tmp_path)
-    con = sqlite3.connect(path)
-    con.execute("UPDATE snapshots SET state_json = '[]' WHERE seq = (SELECT MAX(seq) FROM snapshots)")
-    con.commit()
-    con.close()
+    _set_newest_snapshot(path, "state_json", "[]")
     r = runner.invoke(app, ["show", str(path.parent)])
     assert r.exit_code == 0 and "snapshot 6 does not decode" in r.output and "going on from snapshot 5" in r.output
 
