@@ -157,9 +157,7 @@ def _load_dir(d, origin: str) -> Task:
 
     flashinfer.resolve_blobs(workloads, Path(str(d)))  # relative to the task folder
     flashinfer.label_workloads(definition, workloads)
-    task = Task(definition, workloads, naive, origin, baselines, launches, files)
-    _check_workloads(definition, workloads)
-    return task
+    return Task(definition, workloads, naive, origin, baselines, launches, files)
 
 
 def _naive_kernels(d, origin: str) -> tuple[dict[str, str], dict[str, dict], dict[str, str]]:
@@ -239,9 +237,8 @@ def load_task(name_or_path: str | Path, workloads: str | Path | None = None) -> 
         workloads = None
     if workloads is not None:
         task.workloads = _read_workloads(Path(workloads), task.definition)
-        _check_workloads(task.definition, task.workloads)
     validate.check_definition(task.definition, task.origin or name)  # whatever source the task came from
-    _check_workloads(task.definition, task.workloads)
+    _check_workloads(task.definition, task.workloads)  # once, whichever source gave them
     from ksearch.tasks.own_reference import with_reference_baseline
 
     return with_reference_baseline(task)  # a torch reference without baselines: timed as one (the final table)
@@ -249,11 +246,10 @@ def load_task(name_or_path: str | Path, workloads: str | Path | None = None) -> 
 
 def _read_workloads(path: Path, definition: Definition) -> list[Workload]:
     """A workloads file for ``definition``: its safetensors paths made absolute (`ksearch.tasks.flashinfer`), its
-    unnamed workloads named; checked against the definition."""
+    unnamed workloads named (checked against the definition by `load_task`)."""
     from ksearch.tasks import flashinfer
 
     out = load_workloads(path)
     flashinfer.resolve_blobs(out, flashinfer.blob_root(path))
     flashinfer.label_workloads(definition, out)
-    _check_workloads(definition, out)
     return out
