@@ -8,7 +8,6 @@ checked on fresh inputs or hidden workloads; `ksearch resume` runs them).
 
 from __future__ import annotations
 
-import fcntl
 import secrets
 import shutil
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from ksearch.proposers.base import get_proposer
 from ksearch.run.controller import Controller, RunConfig, environment, load_snapshot, run_config
 from ksearch.run.executor import check_placement, make_executor
 from ksearch.store.db import Store
-from ksearch.store.runs import new_run_id, open_run, run_dir
+from ksearch.store.runs import lock_run, new_run_id, open_run, run_dir
 from ksearch.targets import get_target
 from ksearch.targets.base import spec_for_run
 from ksearch.tasks import builtin_names, load_task
@@ -59,18 +58,6 @@ def reproduce_command(cfg: RunConfig, candidate: str) -> str:
     return shlex.join(words)
 
 
-def _lock(directory: Path) -> TextIO:
-    """The run directory's ``lock`` file, held (flock, exclusive) until it is closed. Raises StoreError when
-    another process holds it."""
-    f = open(directory / "lock", "w")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.close()
-        raise StoreError(f"run {directory.name} is being worked on by another ksearch process") from None
-    return f
-
-
 class Session:
     """An open run: its store, controller and lock. Use as a context manager (releases the lock)."""
 
@@ -79,7 +66,7 @@ class Session:
         self.progress = progress or (lambda m: None)
         self.dir = store.path.parent
         self._created = self._discard = False  # made by `create` in this process; removed on close (not started)
-        self._lock = lock or _lock(self.dir)
+        self._lock = lock or lock_run(self.dir)
         try:
             target = get_target(cfg.target)
             why = target.available()
@@ -152,7 +139,7 @@ class Session:
         once this process holds the run's lock)."""
         store = open_run(run)
         try:
-            lock = _lock(store.path.parent)
+            lock = lock_run(store.path.parent)
             damage = store.quick_check()
             if damage:
                 lock.close()

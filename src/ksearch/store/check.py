@@ -11,7 +11,6 @@ repaired one as ``run.sqlite.damaged-<UTC time>`` (with its -wal).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import sqlite3
@@ -23,6 +22,7 @@ from urllib.parse import quote
 
 from ksearch.errors import StoreError
 from ksearch.store.db import TABLES, Store
+from ksearch.store.runs import lock_run
 
 #: consecutive unreadable row ids after which a damaged table is taken to have no more rows
 MAX_GAP = 2000
@@ -143,24 +143,15 @@ def check(path: Path) -> CheckReport:
     return report
 
 
-def _held(directory: Path):
-    """The run directory's ``lock``, taken (exclusive) for a repair; StoreError when a process works on the run."""
-    f = open(directory / "lock", "a")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.close()
-        raise StoreError(f"run {directory.name} is being worked on by another ksearch process: stop it first") \
-            from None
-    return f
-
-
 def repair(path: Path) -> tuple[CheckReport, Path]:
     """Rebuild the run store at ``path`` from every row that reads and decodes (`check`'s), keep the damaged file
     beside it as ``<name>.damaged-<UTC time>`` (its -wal too), and return the repaired file's check and where the
     damaged one went. Raises StoreError when a process works on the run, or when nothing of the run is left."""
     path = Path(path)
-    lock = _held(path.parent)
+    try:
+        lock = lock_run(path.parent)
+    except StoreError as e:
+        raise StoreError(f"{e}: stop it first") from None
     try:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
         tmp = path.with_name(f"{path.name}.repair-{os.getpid()}")

@@ -7,6 +7,7 @@ import re
 import secrets
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TextIO
 
 from ksearch import config
 from ksearch.errors import StoreError
@@ -106,6 +107,18 @@ def current_status(directory: Path, status: str) -> str:
     """A run's stored ``status`` as it stands: ``running`` with no process holding the run's lock is ``stopped``
     (killed, or its directory removed: `ksearch resume` continues it)."""
     return "stopped" if status == "running" and not _locked(directory) else status
+
+
+def lock_run(directory: Path) -> TextIO:
+    """The run directory's ``lock`` file, held (flock, exclusive) until it is closed: by `ksearch.run.session` while
+    it works on the run, by `ksearch.store.check.repair`. Raises StoreError when another process holds it."""
+    f = open(directory / "lock", "w")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise StoreError(f"run {directory.name} is being worked on by another ksearch process") from None
+    return f
 
 
 def _locked(directory: Path) -> bool:
