@@ -8,6 +8,7 @@ imports, no other names; integer powers are bounded (`_MAX_POW_BITS`).
 from __future__ import annotations
 
 import ast
+import functools
 import math
 from typing import Any
 
@@ -45,8 +46,10 @@ class _BoundedPow(ast.NodeTransformer):
         return node
 
 
+@functools.lru_cache(maxsize=4096)
 def compile_expr(expr: str):
-    """The expression compiled for `eval_expr`. Raises ValueError naming what is not allowed in it."""
+    """The expression compiled for `eval_expr` (cached: a constraint or cost expression is evaluated for every
+    workload and launch). Raises ValueError naming what is not allowed in it."""
     try:
         tree = ast.parse(expr, mode="eval")
     except SyntaxError as e:
