@@ -108,7 +108,8 @@ def probe_lock(wait_s: float | None = None) -> Iterator[None]:
     except OSError as e:
         raise HardwareError(f"cannot take the hardware probing lock {path}: {e.strerror or e}") from None
     try:
-        deadline = time.monotonic() + (PROBE_LOCK_WAIT_S if wait_s is None else wait_s)
+        limit = PROBE_LOCK_WAIT_S if wait_s is None else wait_s
+        deadline = time.monotonic() + limit
         while True:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -116,7 +117,7 @@ def probe_lock(wait_s: float | None = None) -> Iterator[None]:
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     raise HardwareError(f"another ksearch process has been probing the hardware for over "
-                                        f"{wait_s or PROBE_LOCK_WAIT_S:g} s (it holds {path})") from None
+                                        f"{limit:g} s (it holds {path})") from None
                 time.sleep(0.05)
         _held.depth = 1
         try:
