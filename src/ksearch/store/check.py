@@ -143,6 +143,12 @@ def check(path: Path) -> CheckReport:
     return report
 
 
+def _remove(db: Path) -> None:
+    """The SQLite file ``db`` and its -wal and -shm, where they are."""
+    for f in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+        f.unlink(missing_ok=True)
+
+
 def repair(path: Path) -> tuple[CheckReport, Path]:
     """Rebuild the run store at ``path`` from every row that reads and decodes (`check`'s), keep the damaged file
     beside it as ``<name>.damaged-<UTC time>`` (its -wal too), and return the repaired file's check and where the
@@ -155,8 +161,7 @@ def repair(path: Path) -> tuple[CheckReport, Path]:
     try:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
         tmp = path.with_name(f"{path.name}.repair-{os.getpid()}")
-        for stale in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
-            stale.unlink(missing_ok=True)
+        _remove(tmp)
         src = _connect_ro(path)
         dst = Store(tmp, create=True)
         problems: list[str] = []
@@ -180,8 +185,7 @@ def repair(path: Path) -> tuple[CheckReport, Path]:
         except BaseException:
             dst.close()
             src.close()
-            for stale in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
-                stale.unlink(missing_ok=True)
+            _remove(tmp)
             raise
         dst.db.execute("PRAGMA journal_mode=DELETE")  # one self-contained file to move into place
         dst.close()
@@ -191,8 +195,7 @@ def repair(path: Path) -> tuple[CheckReport, Path]:
             if Path(f"{path}{suffix}").exists():
                 os.replace(f"{path}{suffix}", f"{aside}{suffix}")
         os.replace(tmp, path)
-        Path(f"{tmp}-wal").unlink(missing_ok=True)
-        Path(f"{tmp}-shm").unlink(missing_ok=True)
+        _remove(tmp)  # its -wal and -shm
     finally:
         lock.close()
     return check(path), aside
