@@ -395,22 +395,27 @@ def real_controller(tmp_path, cfg=REAL):
     return c, judge
 
 
-class SlowFirstProposer(PatternsProposer):
-    """The patterns proposer, except that its first kernel spins ~0.3 s in every call (judging it takes seconds
-    after its compile): a host killed once it judges that kernel past its compile is surely killed mid-evaluation."""
+class SlowNthProposer(PatternsProposer):
+    """The patterns proposer, except that its ``n``-th kernel (1: the first; may be set before that kernel is
+    proposed) spins ``spins`` iterations in every call (~0.3 s at the default): judging it takes seconds after its
+    compile, so a host (or node) killed once it judges that kernel past its compile is surely killed
+    mid-evaluation. ``slow``: that kernel's id."""
 
-    def __init__(self, *a, **kw):
+    def __init__(self, *a, n: int | None = 1, spins: int = 300_000_000, **kw):
         super().__init__(*a, **kw)
+        self.n, self.spins = n, spins
+        self.proposed = 0
         self.slow: str | None = None
 
     def propose(self, tree, node_id, parent):
         cand = super().propose(tree, node_id, parent)
-        if self.slow is not None:
+        self.proposed += 1
+        if self.proposed != self.n:
             return cand
         src = cand.sources["kernel.c"]
         body = src.index("{", src.index("void run("))
-        src = src[:body + 1] + "\n    for (volatile long spin = 0; spin < 300000000L; spin++) {}\n" + src[body + 1:]
-        cand = cand.model_copy(update={"sources": {**cand.sources, "kernel.c": src}})
+        spin = f"\n    for (volatile long spin = 0; spin < {self.spins}L; spin++) {{}}\n"
+        cand = cand.model_copy(update={"sources": {**cand.sources, "kernel.c": src[:body + 1] + spin + src[body + 1:]}})
         self.slow = cand.id
         return cand
 
@@ -419,7 +424,7 @@ class SlowFirstProposer(PatternsProposer):
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two workers need two CPUs")
 def test_a_local_pool_of_two_hosts_judges_each_kernel_once_and_survives_a_killed_host(tmp_path):
     c, judge = real_controller(tmp_path)
-    c.proposer = proposer = SlowFirstProposer(c.task, "cpu", None)
+    c.proposer = proposer = SlowNthProposer(c.task, "cpu", None)
     c.start()
     killed: list[str] = []
 

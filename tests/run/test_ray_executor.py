@@ -19,7 +19,7 @@ from ksearch.records import Status
 from ksearch.run.controller import RunConfig
 
 from tests.conftest import fresh_home
-from tests.run.test_executor import REAL, SlowFirstProposer, real_controller
+from tests.run.test_executor import REAL, SlowNthProposer, real_controller
 
 ray = pytest.importorskip("ray")
 
@@ -31,7 +31,7 @@ RAY = REAL.model_copy(update={"executor": "ray", "budget": 5})
 
 def test_two_ray_workers_judge_each_kernel_once_and_a_killed_worker_process_is_replaced(tmp_path):
     c, judge = real_controller(tmp_path, RAY)
-    c.proposer = proposer = SlowFirstProposer(c.task, "cpu", None)
+    c.proposer = proposer = SlowNthProposer(c.task, "cpu", None)
     c.start()
     killed: list[tuple[str, int]] = []
 

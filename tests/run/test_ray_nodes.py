@@ -19,7 +19,7 @@ from ksearch.run.controller import Controller
 from ksearch.run.executor import make_executor
 from ksearch.store.db import Store
 
-from tests.run.test_executor import REAL, real_controller
+from tests.run.test_executor import REAL, SlowNthProposer, real_controller
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -35,30 +35,6 @@ pytestmark = [pytest.mark.slow,
                                         "KSEARCH_TEST_RAY_NODES=1 to run it")]
 
 BUDGET = 5
-
-
-class SlowNthProposer(PatternsProposer):
-    """The patterns proposer, except that its ``n``-th kernel (set before the first is proposed) spins ~0.1 s in
-    every call: judging it takes seconds after its compile, so a node killed while it is judged past its compile
-    is surely killed mid-evaluation."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.n: int | None = None
-        self.proposed = 0
-        self.slow: str | None = None
-
-    def propose(self, tree, node_id, parent):
-        cand = super().propose(tree, node_id, parent)
-        self.proposed += 1
-        if self.proposed != self.n:
-            return cand
-        src = cand.sources["kernel.c"]
-        body = src.index("{", src.index("void run("))
-        src = src[:body + 1] + "\n    for (volatile long spin = 0; spin < 100000000L; spin++) {}\n" + src[body + 1:]
-        cand = cand.model_copy(update={"sources": {**cand.sources, "kernel.c": src}})
-        self.slow = cand.id
-        return cand
 
 
 def test_two_ray_nodes_one_killed_mid_evaluation_lose_and_repeat_nothing_and_the_run_resumes(tmp_path,
@@ -78,7 +54,7 @@ def test_two_ray_nodes_one_killed_mid_evaluation_lose_and_repeat_nothing_and_the
         c.progress = lambda m: lines.append(f"{time.monotonic() - t0:.1f} {m}")
         lines.append(f"{time.monotonic() - t0:.1f} cluster up")
         c.make_executor = lambda naive: make_executor(cfg, judge, naive, progress=c.progress)
-        c.proposer = proposer = SlowNthProposer(c.task, "cpu", None)
+        c.proposer = proposer = SlowNthProposer(c.task, "cpu", None, n=None, spins=100_000_000)
         c.start()
         seen: dict = {}
 
