@@ -184,14 +184,13 @@ class Store:
                 self.db.execute("PRAGMA foreign_keys=ON")
                 self._ident = _ident(self.path)
                 self._migrate()
-            elif self._pending_migrations() and os.access(self.path, os.W_OK) and \
-                    os.access(self.path.parent, os.W_OK):  # migrated once by a writer, then read as asked
-                self.db.close()
+            elif self._pending_migrations():
+                if not (os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK)):
+                    raise StoreError(f"{self.path} was written by an older ksearch and cannot be updated here (the "
+                                     "file or its directory is read-only): open it once where it can be written")
+                self.db.close()  # migrated once by a writer, then read as asked
                 Store(self.path).close()
                 self.db = self._connect_readonly()
-            elif self._pending_migrations():
-                raise StoreError(f"{self.path} was written by an older ksearch and cannot be updated here (the "
-                                 "file or its directory is read-only): open it once where it can be written")
             tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             missing = [t for t in TABLES if t not in tables]
             if missing:
