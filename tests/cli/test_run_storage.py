@@ -73,7 +73,7 @@ def test_a_full_disk_stops_a_run_with_one_line_and_resume_finishes_it(tmpfs, qui
     monkeypatch.setattr(Store, "record_step", record_then_fill)
     r = runner.invoke(app, [*RUN, "--budget", "2"])
     assert r.exit_code == 3, r.output
-    assert "Traceback" not in r.output and r.exception is None or isinstance(r.exception, SystemExit)
+    assert "Traceback" not in r.output and (r.exception is None or isinstance(r.exception, SystemExit))
     stop = [line for line in r.output.splitlines() if line.startswith("stopped:")]
     assert len(stop) == 1 and ("disk is full" in stop[0] or "No space left" in stop[0]), r.output
     (run_id,) = [p.name for p in (tmpfs / "home" / "runs").iterdir()]
