@@ -68,11 +68,12 @@ class StoreWriteError(StoreError):
 #: errno names of a storage failure (a full disk, a quota, permissions, a read-only or failing file system): an
 #: OSError with one of these stops a run as `StoreWriteError` does, never as a traceback
 STORAGE_ERRNOS = ("ENOSPC", "EDQUOT", "EACCES", "EPERM", "EROFS", "EIO", "EFBIG")
+_STORAGE_ERRNO_CODES = frozenset(getattr(errno, n) for n in STORAGE_ERRNOS if hasattr(errno, n))
 
 
 def storage_failure(e: BaseException) -> bool:
     """Whether ``e`` is a failure of the storage under ksearch (`STORAGE_ERRNOS`), not of ksearch itself."""
-    return isinstance(e, OSError) and e.errno in {getattr(errno, n, None) for n in STORAGE_ERRNOS} - {None}
+    return isinstance(e, OSError) and e.errno in _STORAGE_ERRNO_CODES
 
 
 class KnowledgeError(KsearchError):
