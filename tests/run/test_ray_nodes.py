@@ -25,21 +25,16 @@ ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two workers need two CPUs"),
-              # in the session's last clean-clone run (quiet, serial, 2026-12-07) it failed once with "DID NOT
-              # RAISE KeyboardInterrupt": the run ended before its stop condition held; it passed in every run
-              # beside other work. Off by default until that race is understood; bench/ray_two_nodes.py runs
-              # the scenario through the CLI (bench/results/ray-two-nodes-cpu-*.md)
-              pytest.mark.skipif(not os.environ.get("KSEARCH_TEST_RAY_NODES"),
-                                 reason="flaky once (the run can end before the test stops it): set "
-                                        "KSEARCH_TEST_RAY_NODES=1 to run it")]
+              pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two workers need two CPUs")]
 
-BUDGET = 5
+#: room after the replacement is given up (REPLACE_S below): with 5, a quiet machine finished the run while the lost
+#: worker's replacement was still pending, before the test's stop (Ctrl-C with one worker busy) could happen
+BUDGET = 8
 
 
 def test_two_ray_nodes_one_killed_mid_evaluation_lose_and_repeat_nothing_and_the_run_resumes(tmp_path,
                                                                                            monkeypatch):
-    monkeypatch.setattr(ray_executor, "REPLACE_S", 4.0)
+    monkeypatch.setattr(ray_executor, "REPLACE_S", 2.0)
     t0 = time.monotonic()
     # one CPU each in Ray's accounting: one worker per node, and no room for a replacement once a node is gone
     cluster = cluster_utils.Cluster(initialize_head=True, connect=False,
