@@ -22,12 +22,11 @@ from typing import Callable
 
 from pydantic import BaseModel, Field
 
-from ksearch.errors import SearchError, StoreError
+from ksearch.errors import SearchError
 from ksearch.run.ablate import Ablation, AblationRun, ablation_dir, save
 from ksearch.run.ablate_results import SHARE, AblationResult, results, still_current
 from ksearch.run.controller import RunConfig
 from ksearch.search.strategy import STRATEGIES
-from ksearch.search.worldmodel import Tree
 from ksearch.store.runs import new_run_id, open_run
 
 
@@ -73,25 +72,15 @@ def new_comparison(cfg: RunConfig, strategies: list[str], repeats: int, name: st
 
 def best_so_far(run_id: str) -> list[float]:
     """The run's best score (the world model's `Tree.best`, 1.0 before anything beat the naive kernel) after each
-    of its evaluations, in the store's order, from the snapshot written with each. Raises StoreError."""
+    of its evaluations, in the store's order, from the snapshot written with each (`curve_points`' scores).
+    Raises StoreError."""
+    from ksearch.report.html_data import curve_points
+
     store = open_run(run_id)
     try:
-        rows = store.db.execute("SELECT e.seq, s.tree_json FROM evaluations e LEFT JOIN snapshots s ON s.seq = e.seq "
-                                "ORDER BY e.seq").fetchall()
+        return [p["score"] for p in curve_points(store)]
     finally:
         store.close()
-    out: list[float] = []
-    for _, tree_json in rows:
-        best = out[-1] if out else 1.0
-        if tree_json:
-            try:
-                node = Tree.model_validate_json(tree_json).best()
-            except ValueError as e:
-                raise StoreError(f"run {run_id}: a snapshot does not decode: {str(e)[:200]}") from None
-            if node is not None and node.evaluation is not None and node.evaluation.score:
-                best = node.evaluation.score
-        out.append(best)
-    return out
 
 
 class StrategySummary(BaseModel):
