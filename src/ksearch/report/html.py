@@ -13,6 +13,7 @@ workload and the final table. A group's page (`render_group`): the runs' best-so
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -189,6 +190,7 @@ def roofline_figure(row: dict) -> Any:
     return fig
 
 
+@functools.cache
 def _env():
     import jinja2
 
@@ -196,7 +198,9 @@ def _env():
                               undefined=jinja2.StrictUndefined)
 
 
+@functools.cache
 def _plotlyjs() -> str:
+    """plotly.js (some 4.6 MB, read from the package once: `--live` re-renders the page on every change)."""
     from plotly.offline import get_plotlyjs
 
     return get_plotlyjs()
