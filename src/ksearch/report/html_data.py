@@ -94,12 +94,14 @@ def _kernel(store: Store, tree: Tree, node_id: str | None) -> Candidate | None:
     return store.candidate(tree[node_id].candidate_id or "")
 
 
-def _evaluation(store: Store, tree: Tree, node_id: str) -> Evaluation | None:
+def _evaluation(store: Store, tree: Tree, node_id: str, latest: dict[str, Evaluation]) -> Evaluation | None:
+    """The node's evaluation: the naive kernel's for the root, else its candidate's latest in ``latest``
+    (candidate id -> the evaluation of the highest seq: `Store.evaluation_of`, read once for all nodes)."""
     cid = tree[node_id].candidate_id
     if node_id == ROOT_ID:
         naive = (store.baseline("naive") or {}).get("evaluation")
         return Evaluation.model_validate(naive) if naive else None
-    return store.evaluation_of(cid) if cid else None
+    return latest.get(cid) if cid else None
 
 
 def _fmt(x: float | None, fmt: str = ".4g") -> str | None:
@@ -153,11 +155,12 @@ def _history(edits: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def _details(store: Store, tree: Tree, calls: list, reasons: dict[str, str]) -> dict[str, dict]:
+def _details(store: Store, tree: Tree, calls: list, reasons: dict[str, str],
+             latest: dict[str, Evaluation]) -> dict[str, dict]:
     out = {}
     history = _history(store.edit_log())
     for n in tree:
-        ev = _evaluation(store, tree, n.id)
+        ev = _evaluation(store, tree, n.id, latest)
         mine, theirs = _kernel(store, tree, n.id), _kernel(store, tree, n.parent_id)
         diff = None
         if mine is not None and n.parent_id is not None:
@@ -215,7 +218,7 @@ def _hardware(hw: dict | None) -> str | None:
     return " · ".join(p for p in parts if p)
 
 
-def _roofline(store: Store, tree: Tree, report: FinalReport | None) -> list[dict]:
+def _roofline(store: Store, tree: Tree, report: FinalReport | None, latest: dict[str, Evaluation]) -> list[dict]:
     """Per workload: its floor and what bounds it, and the kernels' times against it (the final side-by-side
     measurement when the run finished, else the naive kernel's and the best kernel's evaluations so far)."""
     if report is not None and report.workloads:
@@ -224,8 +227,8 @@ def _roofline(store: Store, tree: Tree, report: FinalReport | None) -> list[dict
                                          {"name": "best", "ms": w.best_ms},
                                          {"name": report.reference_baseline, "ms": w.reference_ms}) if k["ms"]]}
                 for w in report.workloads]
-    naive, best = _evaluation(store, tree, ROOT_ID), tree.best()
-    best_ev = _evaluation(store, tree, best.id) if best is not None and best.id != ROOT_ID else None
+    naive, best = _evaluation(store, tree, ROOT_ID, latest), tree.best()
+    best_ev = _evaluation(store, tree, best.id, latest) if best is not None and best.id != ROOT_ID else None
     rows: dict[str, dict] = {}
     for name, ev in (("naive", naive), ("best so far", best_ev)):
         for r in ev.workloads if ev else []:
@@ -275,7 +278,8 @@ def run_data(store: Store) -> dict:
     tree = _tree(store, snap[0], snap[1]) if snap is not None else None
     evals = {seq: ev for seq, _, ev in store.evaluations()}
     points, branches = [], {}  # type: ignore[var-annotated]
-    intervals = {ev.candidate_id: score_interval(ev) for ev in evals.values()}
+    latest = {ev.candidate_id: ev for ev in evals.values()}  # a re-timed candidate: its last round
+    intervals = {cid: score_interval(ev) for cid, ev in latest.items()}
     best = _best_after(info["created_at"], steps, intervals)
     for seq, at, node, status, score, snapshot in steps:
         ev = evals.get(seq)
@@ -307,7 +311,7 @@ def run_data(store: Store) -> dict:
                           "in_flight": n.id in tree.in_flight,
                           "score": n.evaluation.score if n.evaluation else None})
         reasons = {d["node_id"]: d.get("reason", "") for d in store.decisions() if d.get("node_id")}
-        details = _details(store, tree, calls, reasons)
+        details = _details(store, tree, calls, reasons, latest)
     from ksearch.store.runs import current_status
 
     status = current_status(store.path.parent, info["status"])  # a killed run is stopped, as `runs list` says
@@ -317,5 +321,5 @@ def run_data(store: Store) -> dict:
                     "strategy": (cfg.get("strategy") or {}).get("kind") if isinstance(cfg.get("strategy"), dict)
                     else cfg.get("strategy"), "hardware": _hardware(info.get("hardware"))},
             "evaluations": points, "best": best, "branches": branch_lines, "nodes": nodes, "details": details,
-            "roofline": _roofline(store, tree, report) if tree is not None else [], "final": _final(report),
+            "roofline": _roofline(store, tree, report, latest) if tree is not None else [], "final": _final(report),
             "llm": llm_totals(calls) if calls else None}
