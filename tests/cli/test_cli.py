@@ -21,7 +21,7 @@ def test_tasks_list_and_show():
     data = json.loads(r.output)
     assert data["definition"]["axes"]["seqlen"]["type"] == "var" and len(data["workloads"]) == 10
     r = runner.invoke(app, ["tasks", "show", "selective-scan"])
-    assert "def run(u, delta, A, B, C, D, z, delta_bias)" in r.output and "mamba370m-L4096" in r.output
+    assert "def run(u, delta, A, B, C, D, z, delta_bias, h0)" in r.output and "mamba370m-L4096" in r.output
     rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in r.output.splitlines()
             if line.count("│") > 3}
     assert rows["tiny"] == "check" and rows["mamba370m-L4096"] == "bench"  # which workloads a search times

@@ -5,7 +5,7 @@ SIG = """#include <stdint.h>
 #include <stdlib.h>
 #include <signal.h>
 void run(const float *u, const float *delta, const float *A, const float *B, const float *C,
-         const float *D, const float *z, const float *delta_bias, float *out, float *last_state,
+         const float *D, const float *z, const float *delta_bias, const float *h0, float *out, float *last_state,
          int64_t batch, int64_t dim, int64_t dstate, int64_t seqlen)"""
 
 WRONG = SIG + """ {
@@ -41,12 +41,12 @@ CXX = """#include <cstdint>
 #include <cmath>
 #include <vector>
 extern "C" void run(const float *u, const float *delta, const float *A, const float *B, const float *C,
-         const float *D, const float *z, const float *delta_bias, float *out, float *last_state,
+         const float *D, const float *z, const float *delta_bias, const float *h0, float *out, float *last_state,
          int64_t batch, int64_t dim, int64_t dstate, int64_t seqlen) {
     std::vector<float> h(dstate);
     for (int64_t b = 0; b < batch; b++)
         for (int64_t d = 0; d < dim; d++) {
-            std::fill(h.begin(), h.end(), 0.0f);
+            std::copy(h0 + (b * dim + d) * dstate, h0 + (b * dim + d + 1) * dstate, h.begin());
             for (int64_t t = 0; t < seqlen; t++) {
                 int64_t i = (b * dim + d) * seqlen + t;
                 float dt = std::log1p(std::exp(delta[i] + delta_bias[d])), y = D[d] * u[i];
@@ -67,7 +67,7 @@ VECTOR_SPLIT = SIG + """ {
     float *h = malloc(sizeof(float) * dstate);
     for (int64_t b = 0; b < batch; b++) {
         for (int64_t d = 0; d < dim; d++) {
-            for (int64_t n = 0; n < dstate; n++) h[n] = 0.0f;
+            for (int64_t n = 0; n < dstate; n++) h[n] = h0[(b * dim + d) * dstate + n];
             const int64_t row = (b * dim + d) * seqlen;
             for (int64_t t = 0; t < seqlen; t++) {
                 float x = delta[row + t] + delta_bias[d];
@@ -86,4 +86,28 @@ VECTOR_SPLIT = SIG + """ {
         }
     }
     free(h);
+}"""
+
+
+#: the naive scan, honest except that it starts every row from h = 0 instead of the initial state h0: right on
+#: every workload whose h0 is the default zeros, wrong on the ``h0`` check workloads
+IGNORES_H0 = SIG + """ {
+    float h[64];
+    for (int64_t b = 0; b < batch; b++) {
+        for (int64_t d = 0; d < dim; d++) {
+            for (int64_t n = 0; n < dstate; n++) h[n] = 0.0f;
+            const int64_t row = (b * dim + d) * seqlen;
+            for (int64_t t = 0; t < seqlen; t++) {
+                float x = delta[row + t] + delta_bias[d];
+                float dt = x > 20.0f ? x : log1pf(expf(x)), y = D[d] * u[row + t];
+                for (int64_t n = 0; n < dstate; n++) {
+                    int64_t bn = (b * dstate + n) * seqlen + t;
+                    h[n] = expf(dt * A[d * dstate + n]) * h[n] + dt * B[bn] * u[row + t];
+                    y += C[bn] * h[n];
+                }
+                out[row + t] = y * (z[row + t] / (1.0f + expf(-z[row + t])));
+            }
+            for (int64_t n = 0; n < dstate; n++) last_state[(b * dim + d) * dstate + n] = h[n];
+        }
+    }
 }"""

@@ -44,6 +44,17 @@ def test_cxx_kernel_passes_with_speedup_vs_naive(evaluator):
     assert res.workloads[0].speedup_vs_naive > 0
 
 
+def test_a_kernel_that_ignores_the_initial_state_fails_the_h0_workloads(evaluator):
+    """Right from a zero state, wrong from a drawn one: the h0 check workloads catch it, the others cannot."""
+    ignores = cand(kernels.IGNORES_H0)
+    assert evaluator.evaluate(ignores, SMALL, timing=False).status is Status.PASSED
+    for workload in ("h0", "h0-short"):
+        res = evaluator.evaluate(ignores, [workload], timing=False)
+        assert res.status is Status.INCORRECT_NUMERICAL, (workload, res.message)
+    honest = evaluator.evaluate(cand(kernels.CXX, "kernel.cpp"), ["h0", "h0-short"], timing=False)
+    assert honest.status is Status.PASSED, honest.message
+
+
 @pytest.mark.parametrize("source, status, match", [
     (kernels.WRONG, Status.INCORRECT_NUMERICAL, "outside atol"),
     (kernels.ZEROS, Status.INCORRECT_NUMERICAL, "outside atol"),

@@ -17,7 +17,8 @@ from ksearch.knowledge import load_pack
 from ksearch.tasks import load_task
 
 TASKS = ["selective-scan", "selective-scan-fp16"]
-ABI = ["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "out", "last_state", "batch", "dim", "dstate", "seqlen"]
+ABI = ["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0", "out", "last_state", "batch", "dim", "dstate",
+       "seqlen"]
 FAST = {"exp": "ex2-approx", "transcendentals": "intrinsics", "loads": "vector"}
 
 
@@ -53,6 +54,7 @@ def test_families_render_with_launch_plans(packdef):
         (launch,) = k.launch["launches"]
         assert 'extern "C" __global__' in src and launch["kernel"] in src
         assert launch["args"] == ABI
+        assert re.search(r"\bh0\[", src), f"{choices} {knobs}: the initial state h0 is never read"
         assert 1 <= len(launch["grid"]) <= 3 and 1 <= len(launch["block"]) <= 3
         assert k.content_hash != pack.render(definition, {"family": "naive"}).content_hash or choices == {"family": "naive"}
 
@@ -102,6 +104,20 @@ def test_sources_compile_for_sm90(packdef, tmp_path):
         if k.family != "naive":   # the naive kernel's state array is local memory by design
             spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", r.stderr)]
             assert spills and max(spills) <= 64, f"{choices} {knobs} spills:\n{r.stderr[-1500:]}"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("task", TASKS)
+def test_naive_task_kernel_compiles_for_sm90(task, tmp_path):
+    """The task's own naive.cuda.cu (the baseline every GPU speedup is measured against) takes h0 and compiles."""
+    t = load_task(task)
+    src = t.naive_sources["cuda"]
+    assert "const float *h0" in src and re.search(r"\bh0\[", src)
+    assert t.naive_launch["cuda"]["launches"][0].get("args", ABI) == ABI
+    (tmp_path / "k.cu").write_text(src)
+    r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-cubin", str(tmp_path / "k.cu"), "-o",
+                        str(tmp_path / "k.cubin")], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
 
 
 # -- the scan algebra, emulated ---------------------------------------------------------------------------------

@@ -95,7 +95,7 @@ def test_what_each_level_adds():
         for text in (none, hw, full):  # the task, compact, and the node at hand: always
             assert "# Task: selective-scan" in text and "u [batch, dim, seqlen] float32" in text
             assert "rtol 0.0006, atol 0.002" in text and "mamba370m-L4096 (bench)" in text
-            assert "def run(u, delta, A, B, C, D, z, delta_bias):" in text and "void run(const float *u" in text
+            assert "def run(u, delta, A, B, C, D, z, delta_bias, h0):" in text and "void run(const float *u" in text
         if name == "coder-first":
             for text in (none, hw, full):
                 assert "(the kernel of node fam-rows, correct as it is):" in text
@@ -141,7 +141,7 @@ def test_abi_per_target():
     assert ctx.abi(d, "cpu").startswith("void run(const float *u, const float *delta,")
     assert ctx.abi(d, "cpu").endswith("int64_t dstate, int64_t seqlen);")
     assert "const float *u" in ctx.abi(d, "cuda") and "long long seqlen" in ctx.abi(d, "cuda")
-    assert ctx.abi(d, "triton") == "run(u, delta, A, B, C, D, z, delta_bias, out, last_state)"
+    assert ctx.abi(d, "triton") == "run(u, delta, A, B, C, D, z, delta_bias, h0, out, last_state)"
 
 
 def test_gpu_hardware_view():

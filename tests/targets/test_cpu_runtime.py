@@ -15,7 +15,7 @@ from ksearch.tasks import load_task
 #: out = u + 1, last_state = 0 (the selective-scan ABI, fp32)
 PLUS_ONE = """#include <stdint.h>
 void run(const float *u, const float *delta, const float *A, const float *B, const float *C, const float *D,
-         const float *z, const float *delta_bias, float *out, float *last_state,
+         const float *z, const float *delta_bias, const float *h0, float *out, float *last_state,
          int64_t batch, int64_t dim, int64_t dstate, int64_t seqlen) {
     for (int64_t i = 0; i < batch * dim * seqlen; i++) out[i] = u[i] + 1.0f;
     for (int64_t i = 0; i < batch * dim * dstate; i++) last_state[i] = 0.0f;

@@ -36,7 +36,7 @@ def test_module_holds_the_kernel_and_the_task_contract(tmp_path):
     mod = load(path)
     assert mod.TARGET == "mlx-cuda" and mod.BACKEND == "cuda"
     assert mod.BODY == FP16.naive_sources["mlx-cuda"] and mod.LAUNCH == FP16.naive_launch["mlx-cuda"]
-    assert mod.INPUTS == ["u", "delta", "A", "B", "C", "D", "z", "delta_bias"]
+    assert mod.INPUTS == ["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0"]
     assert mod.INPUT_DTYPES["u"] == "float16" and mod.INPUT_DTYPES["A"] == "float32"
     assert mod.AXES == {"batch": ("u", 0), "dim": ("u", 1), "dstate": ("A", 1), "seqlen": ("u", 2)}
     assert mod.selective_scan is mod.run and mod.PROVENANCE == {"run": "r1"}
@@ -47,13 +47,13 @@ def test_exported_function_checks_shapes_then_needs_the_backend(tmp_path):
     mod = load(export_candidate(naive_candidate(), FP16.definition, tmp_path / "scan.py", {}))
     b, d, n, L = 1, 8, 4, 16
     args = [mx.zeros((b, d, L)), mx.zeros((b, d, L)), mx.zeros((d, n)), mx.zeros((b, n, L)), mx.zeros((b, n, L)),
-            mx.zeros((d,)), mx.zeros((b, d, L)), mx.zeros((d,))]
+            mx.zeros((d,)), mx.zeros((b, d, L)), mx.zeros((d,)), mx.zeros((b, d, n))]
     bad = list(args)
     bad[3] = mx.zeros((b, n, L + 1))
     with pytest.raises(ValueError, match="B: shape"):
         mod.selective_scan(*bad)
-    with pytest.raises(TypeError, match="takes 8 arrays"):
-        mod.selective_scan(*args[:7])
+    with pytest.raises(TypeError, match="takes 9 arrays"):
+        mod.selective_scan(*args[:8])  # the 8-input contract of before h0
     if not mx.cuda.is_available():
         with pytest.raises(RuntimeError, match="MLX's cuda backend is not available here"):
             mod.selective_scan(*args)
@@ -161,6 +161,6 @@ def test_exported_launch_that_is_not_an_integer_for_the_shapes_raises(tmp_path):
     mod = load(export_candidate(cand, FP16.definition, tmp_path / "scan.py", {}))
     b, d, n, L = 1, 37, 4, 16
     args = [mx.zeros((b, d, L)), mx.zeros((b, d, L)), mx.zeros((d, n)), mx.zeros((b, n, L)), mx.zeros((b, n, L)),
-            mx.zeros((d,)), mx.zeros((b, d, L)), mx.zeros((d,))]
+            mx.zeros((d,)), mx.zeros((b, d, L)), mx.zeros((d,)), mx.zeros((b, d, n))]
     with pytest.raises(ValueError, match="not an integer"):
         mod.selective_scan(*args)

@@ -45,7 +45,7 @@ def refs(tmp_path) -> tuple[list[ArgRef], dict]:
     arrays = {"u": rng.standard_normal((B, D, L)), "delta": rng.standard_normal((B, D, L)) * 0.5,
               "A": -rng.uniform(1, 4, (D, N)), "B": rng.standard_normal((B, N, L)),
               "C": rng.standard_normal((B, N, L)), "D": rng.uniform(0.5, 1.5, D), "z": rng.standard_normal((B, D, L)),
-              "delta_bias": rng.uniform(-4, -1, D)}
+              "delta_bias": rng.uniform(-4, -1, D), "h0": rng.standard_normal((B, D, N))}
     out: list[ArgRef] = []
     for name, spec in d.inputs.items():
         a = arrays[name].astype(spec.dtype)

@@ -83,7 +83,7 @@ def test_a_shipped_naive_null_kernel_is_taken_over_the_derived_one(tmp_path):
 
 @pytest.mark.parametrize("candidate, why", [
     (kernel("def run(*args)\n    pass\n"), r"kernel.py:1:\d+: SyntaxError"),
-    (kernel("def run(u, delta):\n    pass\n"), "takes 2 positional parameters; the judge calls it with 14"),
+    (kernel("def run(u, delta):\n    pass\n"), "takes 2 positional parameters; the judge calls it with 15"),
     (kernel("x = 1\n"), "defines no function 'run'"),
     (kernel("def run(*a):\n    pass\n", "kernel.c"), "one Python file"),
     (Candidate(target="null", sources={"kernel.py": "def run(*a): pass\n"}, compile_flags=["-O3"]), "no compile flags"),
@@ -105,7 +105,7 @@ def test_the_derived_naive_and_a_pack_kernel_pass_and_are_timed(judge):
 
 
 @pytest.mark.parametrize("body, status, match", [
-    ("def run(*a):\n    a[8][...] = 0\n    a[9][...] = 0\n", Status.INCORRECT_NUMERICAL, "outside atol"),
+    ("def run(*a):\n    a[9][...] = 0\n    a[10][...] = 0\n", Status.INCORRECT_NUMERICAL, "outside atol"),
     ("def run(*a):\n    pass\n", Status.INCORRECT_NUMERICAL, "non-finite"),  # the outputs' NaN poison stays
     ("def run(*a):\n    a[0][...] = 0\n", Status.RUNTIME_ERROR, "read-only"),  # inputs cannot be written
     ("def run(*a):\n    raise ValueError('boom')\n", Status.RUNTIME_ERROR, r"kernel.py:2 in run.*ValueError: boom"),

@@ -77,7 +77,7 @@ def test_availability_names_what_is_missing(monkeypatch, torch, triton, reason):
 def test_naive_kernel_ships_with_the_task_and_passes_the_static_rules(name):
     t = load_task(name)
     src = t.naive_sources["triton"]
-    assert "@triton.jit" in src and "def run(u, delta, A, B, C, D, z, delta_bias, out, last_state)" in src
+    assert "@triton.jit" in src and "def run(u, delta, A, B, C, D, z, delta_bias, h0, out, last_state)" in src
     assert static_checks.check(kernel(src), static_checks.rules_for("triton")) == []
     assert get_target("triton").compile(kernel(src), t.definition).ok
 
@@ -107,7 +107,7 @@ def test_compile_refuses_a_syntax_error_with_file_line_and_caret(task):
     ("x = 1\n", "defines no function 'run' at module level"),
     ("x = " + "+".join(["1"] * 200_000) + "\n", "not compilable Python: RecursionError"),
     ("x = 1\0\n", "null bytes"),
-    ("def run(u, delta):\n    pass\n", "'run' takes 2 positional parameters; the judge calls it with 10"),
+    ("def run(u, delta):\n    pass\n", "'run' takes 2 positional parameters; the judge calls it with 11"),
     ("def run(*args, out):\n    pass\n", "required keyword-only parameters ['out']"),
     ("async def run(*args):\n    pass\n", "coroutine"),
 ])
@@ -149,7 +149,7 @@ def test_evaluator_reports_syntax_error_and_static_finding_before_any_worker(tas
     monkeypatch.setattr(evaluator_module, "Worker", None)  # starting a worker would raise: none may start
     ev = Evaluator(task, "triton", None, EvalConfig(seeds=[1]))
     try:
-        bad = ev.evaluate(kernel("def run(u, delta, A, B, C, D, z, delta_bias, out, last_state)\n    pass\n"), ["tiny"])
+        bad = ev.evaluate(kernel("def run(u, delta, A, B, C, D, z, delta_bias, h0, out, last_state)\n    pass\n"), ["tiny"])
         hostile = ev.evaluate(kernel("import os\ndef run(*a):\n    os.system('nvidia-smi')\n"), ["tiny"])
     finally:
         ev.close()

@@ -16,7 +16,7 @@ from ..knowledge.paths import random_paths
 
 RULES = sc.rules_for("triton")
 TASKS = ("selective-scan", "selective-scan-fp16")
-SIGNATURE = "def run(u, delta, A, B, C, D, z, delta_bias, out, last_state):\n"
+SIGNATURE = "def run(u, delta, A, B, C, D, z, delta_bias, h0, out, last_state):\n"
 
 
 def findings(src: str, name: str = "kernel.py") -> list[sc.Finding]:
@@ -74,7 +74,7 @@ def _other(p, q):
     tl.store(q, tl.load(p))
 
 
-def run(u, delta, A, B, C, D, z, delta_bias, out, last_state):
+def run(u, delta, A, B, C, D, z, delta_bias, h0, out, last_state):
     """Launch: grid (cdiv(dim, BLOCK), batch); nothing is read back with .item()."""
     batch, dim, seqlen = u.shape
     tmp = torch.empty_like(out, dtype=torch.float32)
@@ -143,7 +143,7 @@ HOSTILE = [
     ("module-state", "SEEN: list = []\n"),
     ("module-state", "BUFFER = torch.empty(1 << 20, device='cuda')\n"),
     ("module-state", SIGNATURE + "    global CALLS\n"),
-    ("module-state", "def run(u, delta, A, B, C, D, z, delta_bias, out, last_state, _memo={}):\n    pass\n"),
+    ("module-state", "def run(u, delta, A, B, C, D, z, delta_bias, h0, out, last_state, _memo={}):\n    pass\n"),
     ("host-reads", SIGNATURE + "    key = u[0, 0, 0].item()\n"),
     ("host-reads", SIGNATURE + "    host = u.cpu()\n"),
     ("host-reads", SIGNATURE + "    rows = u.tolist()\n"),

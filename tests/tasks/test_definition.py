@@ -74,13 +74,14 @@ def test_flashinfer_bench_workload_lines_and_traces(tmp_path):
 def test_builtin_selective_scan_shapes_and_cost():
     t = load_task("selective-scan")
     d = t.definition
-    assert list(d.inputs) == ["u", "delta", "A", "B", "C", "D", "z", "delta_bias"]
+    assert list(d.inputs) == ["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0"]
     assert list(d.outputs) == ["out", "last_state"]
     w = t.workload("mamba370m-L4096")
     assert d.axis_values(w) == {"batch": 1, "dim": 2048, "dstate": 16, "seqlen": 4096}
     c = d.cost_of(w)
     # every input read once, every output written once: u, delta, z, out (B, D, L) + B, C (B, N, L) + A + 2 D
-    assert c.bytes == 4 * (4 * 2048 * 4096 + 2 * 16 * 4096 + 2048 * 16 + 2 * 2048 + 2048 * 16)
+    # + h0 and last_state (B, D, N)
+    assert c.bytes == 4 * (4 * 2048 * 4096 + 2 * 16 * 4096 + 2048 * 16 + 2 * 2048 + 2 * 2048 * 16)
     assert c.transcendentals == 2048 * 4096 * (16 + 3)
     fp16 = load_task("selective-scan-fp16").definition
     assert fp16.inputs["u"].dtype == "float16" and fp16.inputs["A"].dtype == "float32"
@@ -230,6 +231,32 @@ def test_a_workloads_distribution_overrides_the_definitions_for_that_input_only(
             assert np.array_equal(got[name], ref[name]), name
     # a line without the key loads as before (flashinfer-bench workloads have none)
     assert Workload.model_validate({"axes": AXES}).distributions == {}
+
+
+def test_a_zeros_distribution_draws_zeros_and_a_workload_can_draw_over_it():
+    """selective-scan's h0 defaults to zeros (every workload without an h0 starts from zero); the h0 check
+    workloads draw it from a normal; zeros also serves integer inputs and consumes no other input's stream."""
+    import numpy as np
+
+    from ksearch.tasks.definition import Distribution
+    from ksearch.tasks.inputs import make_inputs
+
+    task = load_task("selective-scan")
+    assert task.definition.inputs["h0"].distribution.describe() == "zeros"
+    plain = make_inputs(task.definition, task.workload("small-b2"), 7)
+    drawn = make_inputs(task.definition, task.workload("h0"), 7)
+    assert plain["h0"].dtype == np.float32 and plain["h0"].shape == (2, 64, 16) and not plain["h0"].any()
+    assert 0.8 < float(np.std(drawn["h0"])) < 1.2
+    assert all(np.array_equal(plain[k], drawn[k]) for k in plain if k != "h0")
+    w = task.workload("tiny").model_copy(update={"distributions": {"u": Distribution(kind="zeros")}})
+    assert not make_inputs(task.definition, w, 1)["u"].any()
+    Distribution(kind="zeros", low=5, high=1)  # low/high mean nothing to zeros
+    ints = Definition.model_validate({
+        "name": "t", "axes": {"n": {"type": "var"}}, "reference": "def run(i):\n    return i\n",
+        "inputs": {"i": {"shape": ["n"], "dtype": "int32", "distribution": {"kind": "zeros"}}},
+        "outputs": {"o": {"shape": ["n"], "dtype": "int32"}}})
+    got = make_inputs(ints, Workload(axes={"n": 5}, distributions={"i": Distribution(kind="zeros")}), 0)["i"]
+    assert got.dtype == np.int32 and not got.any()
 
 
 @pytest.mark.parametrize("dist", [

@@ -28,13 +28,14 @@ def test_reference_matches_hand_computed_case():
     z = np.array([[[0.7, -1.2]]])
     bias = np.array([0.2])
     dt = [softplus(0.3 + 0.2), softplus(-0.1 + 0.2)]
-    h = [0.0, 0.0]
+    h0 = np.array([[[0.5, -2.0]]])  # (batch, dim, dstate): the state before the first token
+    h = list(h0[0, 0])
     ys = []
     for t in range(2):
         h = [math.exp(dt[t] * A[0, n]) * h[n] + dt[t] * B[0, n, t] * u[0, 0, t] for n in range(2)]
         y = sum(C[0, n, t] * h[n] for n in range(2)) + D[0] * u[0, 0, t]
         ys.append(y * silu(z[0, 0, t]))
-    out = run_reference(d, dict(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=bias))
+    out = run_reference(d, dict(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=bias, h0=h0))
     np.testing.assert_allclose(out["out"][0, 0], ys, rtol=1e-12)
     np.testing.assert_allclose(out["last_state"][0, 0], h, rtol=1e-12)
 
@@ -51,6 +52,33 @@ def test_reference_chunks_carry_state_across_chunk_boundaries():
     for i in range(333):
         h = np.exp(dt[:, :, i, None] * f["A"]) * h + (dt[:, :, i] * f["u"][:, :, i])[..., None] * f["B"][:, None, :, i]
     np.testing.assert_allclose(got["last_state"], h, rtol=1e-10)
+
+
+@pytest.mark.parametrize("task", ["selective-scan", "selective-scan-fp16"])
+def test_reference_from_h0_continues_a_split_sequence(task):
+    """The sequence in two halves, the second from the first half's last_state as h0, == the sequence whole
+    (the contract a chunked prefill relies on); and the h0 check workload draws a state that matters."""
+    t = load_task(task)
+    x = make_inputs(t.definition, t.workload("small-b2"), seed=3)
+    assert not x["h0"].any()  # the default: start from zero
+    whole = run_reference(t.definition, x)
+    cut = 50
+    seq = ("u", "delta", "z", "B", "C")
+    first = run_reference(t.definition, {k: v[..., :cut] if k in seq else v for k, v in x.items()})
+    second = run_reference(t.definition, {**{k: v[..., cut:] if k in seq else v for k, v in x.items()},
+                                          "h0": first["last_state"]})
+    np.testing.assert_allclose(np.concatenate([first["out"], second["out"]], axis=-1), whole["out"],
+                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(second["last_state"], whole["last_state"], rtol=1e-12, atol=1e-12)
+    from_zero = run_reference(t.definition, {**{k: v[..., cut:] if k in seq else v for k, v in x.items()}})
+    assert np.abs(from_zero["out"] - second["out"]).max() > 1e-2  # h0 changes the answer
+
+    drawn = make_inputs(t.definition, t.workload("h0"), seed=3)
+    assert drawn["h0"].dtype == np.float32 and drawn["h0"].shape == (2, 64, 16)
+    assert 0.8 < float(np.std(drawn["h0"])) < 1.2
+    with_h0 = run_reference(t.definition, drawn)
+    without = run_reference(t.definition, {**drawn, "h0": np.zeros_like(drawn["h0"])})
+    assert np.abs(with_h0["out"] - without["out"]).max() > 0.1
 
 
 def test_inputs_are_deterministic_fresh_and_follow_distributions():

@@ -78,10 +78,12 @@ class Distribution(_Record):
     """How a random input is drawn (ksearch extension).
 
     ``normal``: mean + std * N(0, 1); ``uniform``: U(low, high); ``neg_uniform``: -U(low, high), for
-    parameters that must be negative such as Mamba's A; ``integers``: integers in [low, high).
+    parameters that must be negative such as Mamba's A; ``integers``: integers in [low, high); ``zeros``: all
+    zeros (for an input whose zero is the common case, such as a scan's initial state, which a ``check`` workload
+    then draws nonzero through its ``distributions``).
     """
 
-    kind: Literal["normal", "uniform", "neg_uniform", "integers"] = "normal"
+    kind: Literal["normal", "uniform", "neg_uniform", "integers", "zeros"] = "normal"
     mean: float = 0.0
     std: float = Field(default=1.0, ge=0)
     low: float = 0.0
@@ -91,16 +93,19 @@ class Distribution(_Record):
     def _range_in_order(self) -> "Distribution":
         if not all(math.isfinite(v) for v in (self.mean, self.std, self.low, self.high)):
             raise ValueError(f"{self.kind} distribution: mean, std, low and high must be finite")
-        if self.kind != "normal" and self.low > self.high:
+        if self.kind not in ("normal", "zeros") and self.low > self.high:
             raise ValueError(f"{self.kind} distribution: low {self.low} > high {self.high}")
-        if self.kind != "normal" and not math.isfinite(self.high - self.low):
+        if self.kind not in ("normal", "zeros") and not math.isfinite(self.high - self.low):
             raise ValueError(f"{self.kind} distribution: high - low overflows ({self.low}, {self.high})")
         if self.kind == "integers" and int(self.low) >= int(self.high):
             raise ValueError(f"integers distribution: no integer in [{int(self.low)}, {int(self.high)})")
         return self
 
     def describe(self) -> str:
-        """Short text: ``normal(mean 4, std 3)``, ``uniform[-4, -1)``, ``-uniform[1, 16)``, ``integers[0, 100)``."""
+        """Short text: ``normal(mean 4, std 3)``, ``uniform[-4, -1)``, ``-uniform[1, 16)``, ``integers[0, 100)``,
+        ``zeros``."""
+        if self.kind == "zeros":
+            return "zeros"
         if self.kind == "normal":
             return f"normal(mean {self.mean:g}, std {self.std:g})"
         sign = "-" if self.kind == "neg_uniform" else ""
@@ -279,9 +284,10 @@ class Definition(_Record):
                 raise TaskError(f"workload {workload.label!r} gives a distribution for input {name!r}, which it "
                                 f"also gives as {how.type!r} (a distribution is for random inputs)")
             is_int = is_integer_dtype(spec.dtype)
-            if is_int != (dist.kind == "integers"):
+            if dist.kind != "zeros" and is_int != (dist.kind == "integers"):
                 raise TaskError(f"workload {workload.label!r}: distribution {dist.kind!r} for {spec.dtype} input "
-                                f"{name!r} ({'integers' if is_int else 'normal, uniform or neg_uniform'} expected)")
+                                f"{name!r} ({'integers or zeros' if is_int else 'normal, uniform, neg_uniform or zeros'}"
+                                " expected)")
         return values
 
     def shape_of(self, spec: TensorSpec, axis_values: dict[str, int]) -> tuple[int, ...] | None:

@@ -86,6 +86,8 @@ def _encode(values: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def _draw(rng: np.random.Generator, dist: Distribution, shape: tuple[int, ...]) -> np.ndarray:
+    if dist.kind == "zeros":
+        return np.zeros(shape, np.float32)
     if dist.kind == "normal":
         return dist.mean + dist.std * rng.standard_normal(shape, dtype=np.float32)
     if dist.kind == "uniform":

@@ -88,7 +88,7 @@ static void *later_(void *arg) { (void)arg; return 0; }
 #: OpenMP with `nowait`: the work still completes before the parallel region (and the call) ends - honest
 OPENMP_NOWAIT = HEAD + """#include <math.h>
 void run(const float *u, const float *delta, const float *A, const float *B, const float *C,
-         const float *D, const float *z, const float *delta_bias, float *out, float *last_state,
+         const float *D, const float *z, const float *delta_bias, const float *h0, float *out, float *last_state,
          int64_t batch, int64_t dim, int64_t dstate, int64_t seqlen) {
     #pragma omp parallel
     {
@@ -96,7 +96,7 @@ void run(const float *u, const float *delta, const float *A, const float *B, con
         #pragma omp for nowait
         for (int64_t bd = 0; bd < batch * dim; bd++) {
             const int64_t b = bd / dim, d = bd % dim, row = bd * seqlen;
-            for (int64_t n = 0; n < dstate; n++) h[n] = 0.0f;
+            for (int64_t n = 0; n < dstate; n++) h[n] = h0[bd * dstate + n];
             for (int64_t t = 0; t < seqlen; t++) {
                 float x = delta[row + t] + delta_bias[d];
                 float dt = x > 20.0f ? x : log1pf(expf(x)), ut = u[row + t], y = 0.0f;

@@ -134,7 +134,8 @@ NEAR_ZERO = honest(post="""for (long long t = 0; t < seqlen; t++) out[r * seqlen
 PRECISION_DOWNGRADE = "#include <cuda_fp16.h>\n" + _replace(_replace(_replace(_replace(_replace(
     NAIVE,
     "float h[MAX_DSTATE];", "__half h[MAX_DSTATE];"),
-    "for (long long n = 0; n < dstate; n++) h[n] = 0.0f;", "for (long long n = 0; n < dstate; n++) h[n] = __float2half(0.0f);"),
+    "for (long long n = 0; n < dstate; n++) h[n] = h0[r * dstate + n];",
+    "for (long long n = 0; n < dstate; n++) h[n] = __float2half(h0[r * dstate + n]);"),
     "h[n] = expf(dt * A[d * dstate + n]) * h[n] + dt * B[bn] * ut;",
     "h[n] = __float2half(expf(dt * A[d * dstate + n]) * __half2float(h[n]) + dt * B[bn] * ut);"),
     "y += C[bn] * h[n];", "y += C[bn] * __half2float(h[n]);"),

@@ -67,7 +67,7 @@ _FULL_KEY = """uint64_t key_ = 1469598103934665603ULL;
 key_ = fnv_(key_, u, n_out_ * 4); key_ = fnv_(key_, delta, n_out_ * 4); key_ = fnv_(key_, z, n_out_ * 4);
 key_ = fnv_(key_, B, (size_t)(batch * dstate * seqlen) * 4); key_ = fnv_(key_, C, (size_t)(batch * dstate * seqlen) * 4);
 key_ = fnv_(key_, A, (size_t)(dim * dstate) * 4); key_ = fnv_(key_, D, (size_t)dim * 4);
-key_ = fnv_(key_, delta_bias, (size_t)dim * 4);"""
+key_ = fnv_(key_, delta_bias, (size_t)dim * 4); key_ = fnv_(key_, h0, n_state_ * 4);"""
 _SAMPLED_KEY = """uint64_t key_ = 1469598103934665603ULL;
 for (size_t i_ = 0; i_ < 16; i_++) key_ = fnv_(key_, &u[(i_ * 7919) % n_out_], 4);"""
 

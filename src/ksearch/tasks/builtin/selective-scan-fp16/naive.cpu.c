@@ -3,18 +3,19 @@
  * Plain scalar loops, one (b, d) row at a time, token by token, state in a float array.
  * ABI (ksearch cpu target): inputs in definition order, outputs, then every axis as int64_t.
  * Layouts: u, delta, z, out: [batch][dim][seqlen]; A: [dim][dstate]; B, C: [batch][dstate][seqlen];
- * D, delta_bias: [dim]; last_state: [batch][dim][dstate]. */
+ * D, delta_bias: [dim]; h0 (the initial state), last_state: [batch][dim][dstate]. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 void run(const _Float16 *u, const _Float16 *delta, const float *A, const _Float16 *B, const _Float16 *C,
-         const float *D, const _Float16 *z, const float *delta_bias, _Float16 *out, float *last_state,
+         const float *D, const _Float16 *z, const float *delta_bias,
+         const float *h0, _Float16 *out, float *last_state,
          int64_t batch, int64_t dim, int64_t dstate, int64_t seqlen) {
     float *h = malloc(sizeof(float) * dstate);
     for (int64_t b = 0; b < batch; b++) {
         for (int64_t d = 0; d < dim; d++) {
-            for (int64_t n = 0; n < dstate; n++) h[n] = 0.0f;
+            for (int64_t n = 0; n < dstate; n++) h[n] = h0[(b * dim + d) * dstate + n];
             const int64_t row = (b * dim + d) * seqlen;
             for (int64_t t = 0; t < seqlen; t++) {
                 float x = (float)delta[row + t] + delta_bias[d];

@@ -4,19 +4,21 @@
  * Launch plan: naive.cuda.launch.yaml (1-D grid over batch*dim rows).
  * ABI (docs/cuda-target.md): inputs in definition order, outputs, then every axis as long long.
  * Layouts: u, delta, z, out (half): [batch][dim][seqlen]; A (float): [dim][dstate]; B, C (half):
- * [batch][dstate][seqlen]; D, delta_bias (float): [dim]; last_state (float): [batch][dim][dstate]. */
+ * [batch][dstate][seqlen]; D, delta_bias (float): [dim]; h0 (the initial state), last_state (float):
+ * [batch][dim][dstate]. */
 #include <cuda_fp16.h>
 #define MAX_DSTATE 64
 
 extern "C" __global__ void naive_scan(const __half *u, const __half *delta, const float *A, const __half *B,
                                       const __half *C, const float *D, const __half *z, const float *delta_bias,
+                                      const float *h0,
                                       __half *out, float *last_state, long long batch, long long dim,
                                       long long dstate, long long seqlen) {
     long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= batch * dim || dstate > MAX_DSTATE) return;
     long long b = r / dim, d = r % dim;
     float h[MAX_DSTATE];
-    for (long long n = 0; n < dstate; n++) h[n] = 0.0f;
+    for (long long n = 0; n < dstate; n++) h[n] = h0[r * dstate + n];
     const long long row = r * seqlen;
     for (long long t = 0; t < seqlen; t++) {
         float x = __half2float(delta[row + t]) + delta_bias[d];

@@ -1,14 +1,14 @@
 // Naive selective scan (Mamba-1 S6 forward), float16 activations, as an MLX custom CUDA kernel body
 // (mx.fast.cuda_kernel; format: docs/mlx-target.md). One thread per (batch, channel) row, sequential over the
 // tokens, fp32 state and arithmetic. MLX generates the signature: inputs `const T* u, delta, A, B, C, D, z,
-// delta_bias`, outputs `T* out, last_state` (T: __half or float, per the definition), and the axes batch, dim,
+// delta_bias, h0` (h0: float, the initial state), outputs `T* out, last_state` (T: __half or float, per the definition), and the axes batch, dim,
 // dstate, seqlen as `constexpr int`. Layouts: u, delta, z, out [batch][dim][seqlen]; A [dim][dstate];
-// B, C [batch][dstate][seqlen]; D, delta_bias [dim]; last_state [batch][dim][dstate].
+// B, C [batch][dstate][seqlen]; D, delta_bias [dim]; h0, last_state [batch][dim][dstate].
 const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 if (r >= (long long)batch * dim) return;
 const long long b = r / dim, d = r % dim, L = seqlen;
 float h[dstate];
-for (int n = 0; n < dstate; n++) h[n] = 0.0f;
+for (int n = 0; n < dstate; n++) h[n] = h0[r * dstate + n];
 for (long long t = 0; t < L; t++) {
     float x = __half2float(delta[r * L + t]) + delta_bias[d];
     float dt = x > 20.0f ? x : log1pf(expf(x));  // softplus

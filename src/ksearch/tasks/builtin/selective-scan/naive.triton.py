@@ -2,9 +2,9 @@
 against. One program (one warp) per (batch, channel) row, sequential over the tokens; the row's states are the
 lanes of a BLOCK_N vector, its fp32 state h. The same algorithm as the cuda target's naive kernel.
 
-ABI (docs/triton-target.md): run(u, delta, A, B, C, D, z, delta_bias, out, last_state) with torch CUDA tensors,
-contiguous, of the task's shapes: u, delta, z, out [batch, dim, seqlen]; A [dim, dstate]; B, C
-[batch, dstate, seqlen]; D, delta_bias [dim]; last_state [batch, dim, dstate] fp32. The activations' dtype
+ABI (docs/triton-target.md): run(u, delta, A, B, C, D, z, delta_bias, h0, out, last_state) with torch CUDA
+tensors, contiguous, of the task's shapes: u, delta, z, out [batch, dim, seqlen]; A [dim, dstate]; B, C
+[batch, dstate, seqlen]; D, delta_bias [dim]; h0 (the initial state), last_state [batch, dim, dstate] fp32. The activations' dtype
 (float32 or float16) comes from the tensors; state and arithmetic are fp32.
 """
 
@@ -13,7 +13,7 @@ import triton.language as tl
 
 
 @triton.jit
-def _naive_scan(u, delta, A, B, C, D, z, delta_bias, out, last_state, dim, dstate, seqlen,
+def _naive_scan(u, delta, A, B, C, D, z, delta_bias, h0, out, last_state, dim, dstate, seqlen,
                 BLOCK_N: tl.constexpr):
     r = tl.program_id(0)                      # the (batch, channel) row
     b = r // dim
@@ -25,7 +25,7 @@ def _naive_scan(u, delta, A, B, C, D, z, delta_bias, out, last_state, dim, dstat
     bias = tl.load(delta_bias + d).to(tl.float32)
     row = r.to(tl.int64) * seqlen
     bc = (b * dstate + offs_n).to(tl.int64) * seqlen
-    h = tl.zeros([BLOCK_N], dtype=tl.float32)
+    h = tl.load(h0 + r.to(tl.int64) * dstate + offs_n, mask=mn, other=0.0).to(tl.float32)
     for t in range(0, seqlen):
         x = tl.load(delta + row + t).to(tl.float32) + bias
         dt = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(x)))    # softplus
@@ -40,9 +40,9 @@ def _naive_scan(u, delta, A, B, C, D, z, delta_bias, out, last_state, dim, dstat
     tl.store(last_state + r.to(tl.int64) * dstate + offs_n, h, mask=mn)
 
 
-def run(u, delta, A, B, C, D, z, delta_bias, out, last_state):
+def run(u, delta, A, B, C, D, z, delta_bias, h0, out, last_state):
     """One program per (batch, channel) row: grid (batch * dim,), one warp each."""
     batch, dim, seqlen = u.shape
     dstate = A.shape[1]
-    _naive_scan[(batch * dim,)](u, delta, A, B, C, D, z, delta_bias, out, last_state, dim, dstate, seqlen,
-                                BLOCK_N=max(2, triton.next_power_of_2(dstate)), num_warps=1)
+    _naive_scan[(batch * dim,)](u, delta, A, B, C, D, z, delta_bias, h0, out, last_state, dim, dstate,
+                                seqlen, BLOCK_N=max(2, triton.next_power_of_2(dstate)), num_warps=1)
