@@ -1,5 +1,6 @@
-"""mlx-lm Mamba-1 prefill and decode, stock (mlx-lm's per-token loop) against patched (a selective-scan kernel
-through ksearch.integrations.mlx_lm.patch_mamba), on whatever device MLX runs on.
+"""mlx-lm Mamba-1 prefill and decode, stock (mlx-lm's per-token loop), vectorized (an associative scan in plain
+MLX ops, no custom kernel) and patched (a selective-scan kernel), the last two through
+ksearch.integrations.mlx_lm.patch_mamba, on whatever device MLX runs on.
 
 A mamba-370m-shaped model (hidden 1024, 48 layers, d_inner 2048, d_state 16, conv 4, dt rank 64, vocab 50280,
 tied embeddings) is built from a config dict with random weights (nothing is downloaded), in float16 by
@@ -8,15 +9,21 @@ cache evaluated after each, as mlx-lm's generate_step does), then one warm-up an
 steps (decode tokens/s; both variants decode through mlx-lm's own code and are fed the same random tokens,
 teacher-forced, so that their logits compare step by step). Every forward's result is
 ``mx.eval``-ed and the stream synchronized before the clock stops (MLX is lazy); one warm-up run per variant
-and L first (it also compiles a kernel module's per-shape kernels). Where both run, the patched logits (last
-prefill chunk and every decode step) are compared with stock: max |diff|, the same relative to max |stock|,
-top-1 agreement, pass/fail at --rtol.
+and L first (it also compiles a kernel module's per-shape kernels). The logits of vectorized and patched (last
+prefill chunk and every decode step) are compared with stock's: max |diff|, the same relative to max |stock|,
+top-1 agreement, pass/fail at --rtol; where stock is skipped (--stock-max-L), patched is compared with vectorized.
+
+The vectorized baseline is ``ksearch.integrations.mlx_scan.reference_scan``: per chunk of --vec-chunk tokens a
+Hillis-Steele doubling scan of the (exp(dt A), dt B u) pairs over [batch, dim, chunk, dstate] arrays
+(ceil(log2 chunk) steps of MLX ops, no division and no exp of a growing sum, so stable for any decay), the state
+carried from chunk to chunk, starting from the cached state (the scan's h0) on each prefill forward. It is what a
+careful MLX user writes without a custom kernel; the patched kernel must beat it, not only the token loop.
 
 The same script runs on an Apple GPU (MLX's Metal backend: `pip install mlx mlx-lm`), on NVIDIA (MLX's CUDA
 backend: `pip install mlx-cuda-13 mlx-lm`) and on CPU (small sizes only: MLX's CPU backend is slow):
 
-    python bench/mlx/mamba_prefill.py                                  # reference_scan (pure MLX ops)
-    python bench/mlx/mamba_prefill.py --scan scan.py                   # a kernel from `ksearch export RUN`
+    python bench/mlx/mamba_prefill.py                                  # stock and vectorized only
+    python bench/mlx/mamba_prefill.py --scan scan.py                   # + a kernel from `ksearch export RUN`
     python bench/mlx/mamba_prefill.py --Ls 512,1024,2048,4096 --stock-max-L 1024 --batch 1
     python bench/mlx/mamba_prefill.py --layers 2 --Ls 64,128 --vocab 512 --decode 4   # a quick CPU check
 
@@ -27,6 +34,7 @@ versions, date and the exact command.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import platform
@@ -170,7 +178,8 @@ def measure(model, toks, args) -> dict:
 
 
 def compare(stock: dict, patched: dict, rtol: float) -> dict:
-    """Patched against stock logits (last prefill chunk and decode steps), in float32."""
+    """Patched (or vectorized) against stock (or vectorized) logits (last prefill chunk and decode steps), in
+    float32; the keys say stock and patched whichever the two are."""
     out = {}
     for key, name in (("_logits", "prefill"), ("_decode_logits", "decode")):
         s, p = stock.get(key), patched.get(key)
@@ -191,7 +200,11 @@ def compare(stock: dict, patched: dict, rtol: float) -> dict:
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scan", help="a scan module (`ksearch export RUN --out scan.py`); default: reference_scan")
+    ap.add_argument("--scan", help="a scan module (`ksearch export RUN --out scan.py`): the patched variant; "
+                                   "without it only stock and vectorized run")
+    ap.add_argument("--vec-chunk", type=int, default=64,
+                    help="tokens per chunk of the vectorized baseline's doubling scan (reference_scan's chunk)")
+    ap.add_argument("--no-vectorized", action="store_true", help="skip the vectorized MLX-ops baseline")
     ap.add_argument("--Ls", default="512,1024,2048,4096", help="prompt lengths, comma-separated")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--layers", type=int, default=48, help="number of Mamba layers (mamba-370m: 48)")
@@ -218,16 +231,21 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     Ls = [int(x) for x in args.Ls.split(",") if x.strip()]
     dtype = getattr(mx, args.dtype)
+    if args.vec_chunk < 1:
+        raise SystemExit(f"--vec-chunk must be >= 1, got {args.vec_chunk}")
+    variants = {}  # name -> (scan for patch_mamba, label)
+    if not args.no_vectorized:
+        vec = functools.partial(reference_scan, chunk=args.vec_chunk)
+        variants["vectorized"] = (vec, f"reference_scan, chunk {args.vec_chunk} (an associative scan in plain MLX "
+                                       f"ops, ksearch.integrations.mlx_scan; no custom kernel)")
+    input_dtypes = {}
     if args.scan:
-        _scan, input_dtypes = load_scan(args.scan)  # loaded here to fail early; the children load it again
-        scan_label = f"{Path(args.scan).name} (exported kernel module)"
-        scan_arg = args.scan
-    else:
-        input_dtypes, scan_arg = {}, reference_scan
-        scan_label = "reference_scan (pure MLX ops, ksearch.integrations.mlx_scan; no custom kernel)"
+        _scan, input_dtypes = load_scan(args.scan)  # loaded here to fail early (a module without h0 too)
+        variants["patched"] = (args.scan, f"{Path(args.scan).name} (exported kernel module)")
     dev = device_info()
-    print(f"device: {dev}\nscan: {scan_label}\nmodel: mamba-370m-shaped, {args.layers} layers, vocab {args.vocab}, "
-          f"{args.dtype}, random weights; batch {args.batch}", flush=True)
+    print(f"device: {dev}\n" + "".join(f"{k}: {lab}\n" for k, (_, lab) in variants.items())
+          + f"model: mamba-370m-shaped, {args.layers} layers, vocab {args.vocab}, {args.dtype}, random weights; "
+          f"batch {args.batch}", flush=True)
     model = build_model(args.layers, dtype, args.seed, args.vocab)
     rows = []
     for L in Ls:
@@ -236,28 +254,36 @@ def main(argv=None) -> int:
         if args.stock_max_L is None or L <= args.stock_max_L:
             unpatch_mamba(model)
             row["stock"] = measure(model, toks, args)
-        patch_mamba(model, scan_arg)
-        row["patched"] = measure(model, toks, args)
-        unpatch_mamba(model)
-        if "stock" in row:
-            row["check"] = compare(row["stock"], row["patched"], args.rtol)
-            row["prefill_speedup"] = row["stock"]["prefill_median_s"] / row["patched"]["prefill_median_s"]
-        for v in ("stock", "patched"):
+        for name, (scan, _) in variants.items():
+            patch_mamba(model, scan)
+            row[name] = measure(model, toks, args)
+            unpatch_mamba(model)
+        row["checks"], row["speedups"] = {}, {}
+        for name in variants:
+            ref = "stock" if "stock" in row else "vectorized" if name == "patched" and "vectorized" in row else None
+            if ref:
+                row["checks"][name] = {"against": ref, **compare(row[ref], row[name], args.rtol)}
+        for a, b in (("vectorized", "stock"), ("patched", "stock"), ("patched", "vectorized")):
+            if a in row and b in row:
+                row["speedups"][f"{a}_vs_{b}"] = row[b]["prefill_median_s"] / row[a]["prefill_median_s"]
+        for v in ("stock", *variants):
             if v in row:
                 row[v] = {k: x for k, x in row[v].items() if not k.startswith("_")}
         rows.append(row)
         print(line(row), flush=True)
     report = {
-        "benchmark": "mlx-lm Mamba-1 prefill/decode, stock vs patched (ksearch.integrations.mlx_lm)",
+        "benchmark": "mlx-lm Mamba-1 prefill/decode, stock vs vectorized MLX ops vs patched kernel "
+                     "(ksearch.integrations.mlx_lm)",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": "python " + " ".join(shlex.quote(a) for a in [str(Path(sys.argv[0])), *argv]),
         "device": dev, "versions": versions(),
         "model": {**MAMBA_370M, "num_hidden_layers": args.layers, "vocab_size": args.vocab, "dtype": args.dtype,
                   "weights": "random", "seed": args.seed},
         "notes": [n for n in (MLX_LM_NOTE,) if n],
-        "scan": scan_label, "scan_input_dtypes": {k: str(v) for k, v in input_dtypes.items()},
+        "variants": {k: lab for k, (_, lab) in variants.items()},
+        "scan_input_dtypes": {k: str(v) for k, v in input_dtypes.items()},
         "settings": {k: getattr(args, k) for k in ("batch", "prefill_step", "decode", "reps", "budget_s", "rtol",
-                                                    "stock_max_L")},
+                                                    "stock_max_L", "vec_chunk")},
         "rows": rows,
     }
     md = markdown(report)
@@ -269,50 +295,74 @@ def main(argv=None) -> int:
     base.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
     base.with_suffix(".md").write_text(md)
     print(f"wrote {base}.json and .md")
-    return 0 if all(r.get("check", {}).get("pass", True) for r in rows) else 1
+    return 0 if all(c["pass"] for r in rows for c in r["checks"].values()) else 1
 
 
 def _f(x, fmt="{:,.1f}"):
     return "-" if x is None else fmt.format(x)
 
 
+def _tok_s(row, v, key="prefill_tok_s"):
+    return row.get(v, {}).get(key)
+
+
+def _checks(row) -> str:
+    if not row["checks"]:
+        return "not checked"
+    return ", ".join(f"{k} vs {c['against']} {'pass' if c['pass'] else 'FAIL'}" for k, c in row["checks"].items())
+
+
 def line(row) -> str:
-    s, p, c = row.get("stock", {}), row["patched"], row.get("check", {})
-    return (f"L {row['L']:>5}: prefill stock {_f(s.get('prefill_tok_s'))} tok/s, patched "
-            f"{_f(p['prefill_tok_s'])} tok/s ({_f(row.get('prefill_speedup'), '{:.1f}')}x); decode stock "
-            f"{_f(s.get('decode_tok_s'))}, patched {_f(p.get('decode_tok_s'))} tok/s; check "
-            f"{'-' if not c else 'pass' if c['pass'] else 'FAIL'}")
+    sp = row["speedups"]
+    return (f"L {row['L']:>5}: prefill tok/s stock {_f(_tok_s(row, 'stock'))}, vectorized "
+            f"{_f(_tok_s(row, 'vectorized'))}, patched {_f(_tok_s(row, 'patched'))} (patched "
+            f"{_f(sp.get('patched_vs_stock'), '{:.1f}')}x stock, {_f(sp.get('patched_vs_vectorized'), '{:.1f}')}x "
+            f"vectorized; vectorized {_f(sp.get('vectorized_vs_stock'), '{:.1f}')}x stock); decode tok/s stock "
+            f"{_f(_tok_s(row, 'stock', 'decode_tok_s'))}, vectorized {_f(_tok_s(row, 'vectorized', 'decode_tok_s'))}, "
+            f"patched {_f(_tok_s(row, 'patched', 'decode_tok_s'))}; check {_checks(row)}")
+
+
+def _rel_diff(checks: dict, variant: str) -> str:
+    """Largest logits rel. diff of a variant's check and what it was checked against, or -."""
+    c = checks.get(variant)
+    if c is None:
+        return "-"
+    worst = max((y.get("max_rel_diff", 0) for y in c.values() if isinstance(y, dict)), default=0)
+    return f"{worst:.2e} ({c['against']})"
 
 
 def markdown(rep) -> str:
     d, m = rep["device"], rep["model"]
     name = d.get("device_name") or d.get("default_device")
     lines = [
-        f"# mlx-lm Mamba-1 prefill: stock vs patched on {name} ({d['backend']})", "",
+        f"# mlx-lm Mamba-1 prefill: stock vs vectorized MLX ops vs patched kernel on {name} ({d['backend']})", "",
         f"- date: {rep['date']}", f"- command: `{rep['command']}`", f"- device: {json.dumps(d)}",
         f"- versions: {json.dumps(rep['versions'])}",
         f"- model: mamba-370m-shaped, {m['num_hidden_layers']} layers, vocab {m['vocab_size']}, {m['dtype']}, "
         f"random weights (seed {m['seed']})",
-        f"- scan: {rep['scan']}", f"- settings: {json.dumps(rep['settings'])}",
+        "- stock: mlx-lm's own _process_sequence (a Python loop over the tokens)",
+        *(f"- {k}: {lab}" for k, lab in rep["variants"].items()),
+        f"- settings: {json.dumps(rep['settings'])}",
         *(f"- note: {n}" for n in rep.get("notes", [])),
         "- prefill: a fresh cache, prompt fed in prefill_step chunks, cache evaluated after each (median of the "
         "timed runs, after one warm-up); decode: one-token steps after the prompt fed the same "
-        "random tokens in both variants (teacher-forced, so their logits compare), through mlx-lm's own decode code; "
-        "decode tok/s = batch / the median step's wall time", "",
-        "| batch | L | stock prefill tok/s | patched prefill tok/s | speedup | stock decode tok/s | "
-        "patched decode tok/s | logits max abs diff (prefill / decode) | rel | top-1 agree | check |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |",
+        "random tokens in every variant (teacher-forced, so their logits compare), through mlx-lm's own decode code; "
+        "decode tok/s = batch / the median step's wall time; logits: max |diff| relative to max |reference| over "
+        "the last prefill chunk and the decode steps", "",
+        "| batch | L | stock prefill tok/s | vectorized prefill tok/s | patched prefill tok/s | patched / stock | "
+        "patched / vectorized | vectorized / stock | decode tok/s (stock / vec / patched) | logits rel diff "
+        "(vec / patched) | check |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |",
     ]
     for r in rep["rows"]:
-        s, p, c = r.get("stock", {}), r["patched"], r.get("check", {})
-        pre, dec = c.get("prefill", {}), c.get("decode", {})
-        rel = max((x.get("max_rel_diff", 0) for x in (pre, dec)), default=None) if c else None
+        sp = r["speedups"]
+        rel = functools.partial(_rel_diff, r["checks"])
         lines.append(
-            f"| {r['batch']} | {r['L']} | {_f(s.get('prefill_tok_s'))} | {_f(p['prefill_tok_s'])} | "
-            f"{_f(r.get('prefill_speedup'), '{:.1f}x')} | {_f(s.get('decode_tok_s'))} | {_f(p.get('decode_tok_s'))} | "
-            f"{_f(pre.get('max_abs_diff'), '{:.3g}')} / {_f(dec.get('max_abs_diff'), '{:.3g}')} | "
-            f"{_f(rel, '{:.2e}')} | {_f(pre.get('top1_agreement'), '{:.3f}')} | "
-            f"{'not checked (stock skipped)' if not c else 'pass' if c['pass'] else 'FAIL'} |")
+            f"| {r['batch']} | {r['L']} | {_f(_tok_s(r, 'stock'))} | {_f(_tok_s(r, 'vectorized'))} | "
+            f"{_f(_tok_s(r, 'patched'))} | {_f(sp.get('patched_vs_stock'), '{:.1f}x')} | "
+            f"{_f(sp.get('patched_vs_vectorized'), '{:.2f}x')} | {_f(sp.get('vectorized_vs_stock'), '{:.1f}x')} | "
+            f"{_f(_tok_s(r, 'stock', 'decode_tok_s'))} / {_f(_tok_s(r, 'vectorized', 'decode_tok_s'))} / "
+            f"{_f(_tok_s(r, 'patched', 'decode_tok_s'))} | {rel('vectorized')} / {rel('patched')} | {_checks(r)} |")
     return "\n".join(lines) + "\n"
 
 

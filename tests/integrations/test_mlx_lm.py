@@ -1,6 +1,6 @@
 """ksearch.integrations.mlx_lm: a tiny mlx-lm Mamba-1 model with random weights, stock against patched with
-the reference scan: logits and caches through a full prompt, a prompt in two chunks (the initial-state
-correction) and decode steps; unpatching; errors; loading a scan module from a path."""
+the reference scan: logits and caches through a full prompt, a prompt in two chunks (the cached state as the
+scan's initial state h0) and decode steps; unpatching; errors; loading a scan module from a path."""
 
 import textwrap
 
@@ -96,17 +96,35 @@ def test_patched_matches_stock(dtype, chunks):
             assert_close(s, p, dtype, f"layer {i} {name} cache")
 
 
-def test_the_initial_state_correction_is_what_makes_chunks_agree(monkeypatch):
-    """Without the correction the second chunk's logits are off: the two-chunk test can fail."""
+def test_the_initial_state_is_what_makes_chunks_agree():
+    """A scan that drops h0 gets the second chunk's logits wrong: the two-chunk test can fail."""
     model, toks = tiny_model(), tokens()
     stock, _ = forward(model, toks, [25, 15], decode=0)
-    monkeypatch.setattr(integ, "initial_state_terms",
-                        lambda h0, delta, *a: (mx.zeros(delta.shape), mx.zeros(h0.shape)))
-    patch_mamba(model, reference_scan)
+    seen = []
+
+    def scan_from_zero(*args):
+        seen.append(float(mx.abs(args[-1]).max()))
+        return reference_scan(*args[:-1])
+
+    patch_mamba(model, scan_from_zero)
     patched, _ = forward(model, toks, [25, 15], decode=0)
     assert_close(stock[0], patched[0], mx.float32, "first chunk")
     with pytest.raises(AssertionError, match="second"):
         assert_close(stock[1], patched[1], mx.float32, "second chunk")
+    assert seen[:2] == [0.0, 0.0] and min(seen[2:]) > 0  # h0: zeros for the first chunk, the cache's after
+
+
+def test_a_scan_without_h0_is_refused(tmp_path):
+    """A scan of the 8-input contract (exported before h0) is refused by name, not run with a wrong state."""
+    model = tiny_model(layers=1)
+    with pytest.raises(ValueError, match="h0"):
+        patch_mamba(model, lambda u, delta, A, B, C, D, z, delta_bias: (u, A))
+    old = tmp_path / "old_export.py"
+    old.write_text("INPUTS = ['u', 'delta', 'A', 'B', 'C', 'D', 'z', 'delta_bias']\n"
+                   "def selective_scan(*inputs): pass\n")
+    with pytest.raises(ValueError, match="no initial state `h0`"):
+        patch_mamba(model, old)
+    assert not is_patched(model)
 
 
 def test_falcon_mamba_bcdt_rms_is_supported():
@@ -196,12 +214,12 @@ SCAN_MODULE = textwrap.dedent('''
     from ksearch.integrations.mlx_scan import reference_scan
 
     INPUT_DTYPES = {"u": "float16", "delta": "float16", "A": "float32", "B": "float16", "C": "float16",
-                    "D": "float32", "z": "float16", "delta_bias": "float32"}
+                    "D": "float32", "z": "float16", "delta_bias": "float32", "h0": "float32"}
     SEEN = []
 
-    def selective_scan(u, delta, A, B, C, D, z, delta_bias):
-        SEEN.append({k: str(v.dtype) for k, v in zip(INPUT_DTYPES, (u, delta, A, B, C, D, z, delta_bias))})
-        return reference_scan(u, delta, A, B, C, D, z, delta_bias)
+    def selective_scan(u, delta, A, B, C, D, z, delta_bias, h0):
+        SEEN.append({k: str(v.dtype) for k, v in zip(INPUT_DTYPES, (u, delta, A, B, C, D, z, delta_bias, h0))})
+        return reference_scan(u, delta, A, B, C, D, z, delta_bias, h0)
 ''')
 
 

@@ -4,7 +4,9 @@ mlx-lm 0.32's ``mlx_lm.models.mamba.MambaBlock._process_sequence`` updates the s
 (T graph nodes per layer per step of the loop); ``patch_mamba`` replaces that method on each block instance
 with one call of a scan that has the ``selective-scan`` / ``selective-scan-fp16`` task contract (the function
 an exported kernel module calls ``selective_scan``), for every forward of at least ``min_tokens`` tokens.
-Shorter forwards (decode: one token) keep mlx-lm's own code.
+Shorter forwards (decode: one token) keep mlx-lm's own code. The cached state goes in as the scan's initial
+state ``h0``, so a prompt prefilled in chunks (mlx-lm's generate_step: 2048 tokens a forward) continues each
+chunk from the last with no correction after the scan.
 
     from mlx_lm import load
     from ksearch.integrations.mlx_lm import patch_mamba
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
 import os
 import sys
 import types
@@ -34,16 +37,16 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(f"ksearch.integrations.mlx_lm needs mlx and mlx-lm (pip install mlx mlx-lm): {e}") from e
 
-from ksearch.integrations.mlx_scan import initial_state_terms, reference_scan
+from ksearch.integrations.mlx_scan import reference_scan
 
 __all__ = ["patch_mamba", "unpatch_mamba", "is_patched", "load_scan", "reference_scan", "ScanFn"]
 
-#: the task contract: scan(u, delta, A, B, C, D, z, delta_bias) -> (out, last_state)
+#: the task contract: scan(u, delta, A, B, C, D, z, delta_bias, h0) -> (out, last_state)
 ScanFn = Callable[..., tuple]
 #: the contract's input names, in call order
-INPUT_NAMES = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
+INPUT_NAMES = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0")
 #: dtypes the scan gets when its module declares none (the float32 task's; the block casts nothing else)
-_FLOAT32_INPUTS = ("A", "D", "delta_bias")
+_FLOAT32_INPUTS = ("A", "D", "delta_bias", "h0")
 
 
 def _load_module(path: str) -> types.ModuleType:
@@ -95,7 +98,12 @@ def load_scan(scan: ScanFn | str | os.PathLike | types.ModuleType) -> tuple[Scan
         fn = getattr(module, "selective_scan", None)
         if not callable(fn):
             raise ValueError(f"scan module {getattr(module, '__file__', module)!r} defines no callable "
-                             f"`selective_scan(u, delta, A, B, C, D, z, delta_bias)`")
+                             f"`selective_scan({', '.join(INPUT_NAMES)})`")
+        inputs = getattr(module, "INPUTS", None)
+        if isinstance(inputs, (list, tuple)) and "h0" not in inputs:
+            raise ValueError(f"scan module {getattr(module, '__file__', module)!r} takes the inputs {list(inputs)}: "
+                             f"no initial state `h0` (exported before the selective-scan tasks had one?); "
+                             f"export the run again")
         dtypes = getattr(module, "INPUT_DTYPES", None)
     elif callable(scan):
         fn = scan
@@ -104,11 +112,27 @@ def load_scan(scan: ScanFn | str | os.PathLike | types.ModuleType) -> tuple[Scan
             dtypes = getattr(sys.modules.get(getattr(scan, "__module__", None) or ""), "INPUT_DTYPES", None)
     else:
         raise TypeError(f"scan must be a callable, a module or a path to a .py module; got {type(scan).__name__}")
+    _check_arity(fn)
     if dtypes is None:
         return fn, {}
     if not isinstance(dtypes, dict) or set(dtypes) - set(INPUT_NAMES):
         raise ValueError(f"INPUT_DTYPES must map some of {list(INPUT_NAMES)} to dtype names; got {dtypes!r}")
     return fn, {k: _dtype(v, k) for k, v in dtypes.items()}
+
+
+def _check_arity(fn: ScanFn) -> None:
+    """Raise ValueError if ``fn`` cannot take the contract's 9 inputs (a scan written for the 8-input contract,
+    before ``h0``). Callables whose signature Python cannot read pass."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(*INPUT_NAMES)
+    except TypeError as e:
+        raise ValueError(f"scan {getattr(fn, '__name__', fn)!r}{sig} cannot take the {len(INPUT_NAMES)} inputs "
+                         f"({', '.join(INPUT_NAMES)}): {e}. The initial state `h0` is the last one (a scan "
+                         f"exported before the selective-scan tasks had it must be exported again)") from None
 
 
 def _blocks(model) -> list:
@@ -177,7 +201,7 @@ def _process_sequence(block, scan: ScanFn, dtypes: dict, min_tokens: int, x, con
     Args:
         x: [batch, T, hidden] (the block's input after the norm).
         conv_cache: [batch, conv_kernel - 1, intermediate] or None.
-        state_cache: [batch, intermediate, state_size] or None.
+        state_cache: [batch, intermediate, state_size] or None (zeros); the scan's h0.
     Returns:
         (out [batch, T, hidden], (new_conv_cache, new_state)), as mlx-lm's method.
     """
@@ -216,6 +240,8 @@ def _process_sequence(block, scan: ScanFn, dtypes: dict, min_tokens: int, x, con
         "D": block.D.astype(mx.float32),
         "z": z.transpose(0, 2, 1),
         "delta_bias": mx.zeros((dim,), dtype=mx.float32),
+        "h0": (mx.zeros((u.shape[0], dim, N), dtype=mx.float32) if state_cache is None
+               else state_cache.astype(mx.float32)),
     }
     for name, dtype in dtypes.items():
         if args[name].dtype != dtype:
@@ -225,11 +251,6 @@ def _process_sequence(block, scan: ScanFn, dtypes: dict, min_tokens: int, x, con
     if tuple(out.shape) != (batch, dim, T) or tuple(last_state.shape) != (batch, dim, N):
         raise ValueError(f"scan {getattr(scan, '__name__', scan)!r} returned out {tuple(out.shape)} and "
                          f"last_state {tuple(last_state.shape)}; expected {(batch, dim, T)} and {(batch, dim, N)}")
-    if state_cache is not None:
-        out_extra, state_extra = initial_state_terms(
-            state_cache, args["delta"], args["A"], args["C"], args["z"], args["delta_bias"])
-        out = out.astype(mx.float32) + out_extra
-        last_state = last_state.astype(mx.float32) + state_extra
     y = out.transpose(0, 2, 1).astype(u.dtype)  # already gated: (y + D*u) * silu(z) == swiglu(z, y + D*u)
     # mlx-lm's state has the activations' dtype; keep it so stock decode steps see what they would have
     return block.out_proj(y), (new_conv_cache, last_state.astype(u.dtype))

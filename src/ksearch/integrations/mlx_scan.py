@@ -1,18 +1,19 @@
-"""Selective-scan math in plain MLX ops: a reference scan with the task contract, and the exact correction
-that lets a scan which starts from a zero state continue from a cached one.
+"""Selective-scan math in plain MLX ops: a reference scan with the task contract (an associative scan: chunks of
+doubling steps, the state carried between chunks), which is also the vectorized MLX baseline of
+bench/mlx/mamba_prefill.py.
 
 Contract (the ``selective-scan`` / ``selective-scan-fp16`` tasks; Gu & Dao, "Mamba" (2023), Algorithm 2,
 mamba_ssm's ``selective_scan_ref`` with delta_softplus=True, z and D given, one group)::
 
     dt_t  = softplus(delta_t + delta_bias)                    # per (b, d, t)
-    h_t   = exp(dt_t * A[d, :]) * h_{t-1} + dt_t * B_t * u_t  # h_{-1} = 0, per (b, d, n)
+    h_t   = exp(dt_t * A[d, :]) * h_{t-1} + dt_t * B_t * u_t  # h_{-1} = h0, per (b, d, n)
     y_t   = sum_n C_t[n] * h_t[n]
     out_t = (y_t + D[d] * u_t) * silu(z_t)
     last_state = h_{L-1}
 
 Layouts: u, delta, z, out: [batch, dim, seqlen]; A: [dim, dstate]; B, C: [batch, dstate, seqlen];
-D, delta_bias: [dim]; last_state: [batch, dim, dstate]. Arithmetic and state are float32 whatever the
-input dtypes.
+D, delta_bias: [dim]; h0 (the initial state: zeros for a fresh sequence, the cached state for the next chunk of a
+prefill), last_state: [batch, dim, dstate]. Arithmetic and state are float32 whatever the input dtypes.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ import mlx.nn as nn
 #: dim 2048, dstate 16, batch 1), its work ~log2(chunk) passes over them, its graph ~5*log2(chunk) + 8 nodes per
 #: chunk. 64: on 2 CPU cores (dim 2048, L 512) 32 took 1.3 s, 128 1.8 s; fewer nodes favour larger on a GPU.
 SCAN_CHUNK = 64
-#: tokens per chunk of the initial-state correction (temporaries batch*dim*chunk*dstate float32s).
-CORRECTION_CHUNK = 256
 
 _F32 = mx.float32
 
@@ -56,7 +55,7 @@ def _scan_chunk(a: mx.array, b: mx.array, h: mx.array) -> mx.array:
     return b + a * h[:, :, None, :]
 
 
-def reference_scan(u, delta, A, B, C, D, z, delta_bias, *, chunk: int = SCAN_CHUNK):
+def reference_scan(u, delta, A, B, C, D, z, delta_bias, h0=None, *, chunk: int = SCAN_CHUNK):
     """Selective scan with the task contract (see the module docstring), in MLX ops.
 
     Chunked over time: within a chunk of ``chunk`` tokens the recurrence is a doubling scan over
@@ -68,6 +67,8 @@ def reference_scan(u, delta, A, B, C, D, z, delta_bias, *, chunk: int = SCAN_CHU
         A: [dim, dstate], float32, negative.
         B, C: [batch, dstate, seqlen].
         D, delta_bias: [dim], float32.
+        h0: [batch, dim, dstate], the state before the first token (any float dtype; computed in float32);
+            None: zeros.
         chunk: tokens per chunk (>= 1).
     Returns:
         (out [batch, dim, seqlen] in u's dtype, last_state [batch, dim, dstate] float32).
@@ -76,7 +77,7 @@ def reference_scan(u, delta, A, B, C, D, z, delta_bias, *, chunk: int = SCAN_CHU
     """
     batch, dim, L = u.shape
     N = A.shape[-1]
-    _check_shapes(u, delta, A, B, C, D, z, delta_bias)
+    _check_shapes(u, delta, A, B, C, D, z, delta_bias, h0)
     if chunk < 1:
         raise ValueError(f"reference_scan: chunk must be >= 1, got {chunk}")
     dt = softplus_dt(delta, delta_bias)
@@ -84,7 +85,7 @@ def reference_scan(u, delta, A, B, C, D, z, delta_bias, *, chunk: int = SCAN_CHU
     A = A.astype(_F32)
     Bt = B.astype(_F32).transpose(0, 2, 1)  # [batch, seqlen, dstate]
     Ct = C.astype(_F32).transpose(0, 2, 1)
-    h = mx.zeros((batch, dim, N), dtype=_F32)
+    h = mx.zeros((batch, dim, N), dtype=_F32) if h0 is None else h0.astype(_F32)
     ys = []
     for t0 in range(0, L, chunk):
         t1 = min(L, t0 + chunk)
@@ -99,37 +100,7 @@ def reference_scan(u, delta, A, B, C, D, z, delta_bias, *, chunk: int = SCAN_CHU
     return out.astype(u.dtype), h
 
 
-def initial_state_terms(h0, delta, A, C, z, delta_bias, *, chunk: int = CORRECTION_CHUNK):
-    """What a non-zero initial state h0 adds to a scan that started from h = 0.
-
-    The recurrence is linear in h, so with P_t[n] = exp(A[d, n] * sum_{s<=t} dt_s) (the decay from before
-    token 0 to after token t): h_t = h_t(from 0) + P_t * h0 exactly, hence
-    out_t gains silu(z_t) * sum_n C_t[n] P_t[n] h0[n] and last_state gains P_{L-1} * h0.
-    Computed in float32, chunked over time so temporaries stay batch*dim*chunk*dstate.
-
-    Args:
-        h0: [batch, dim, dstate], the state before token 0 (any float dtype).
-        delta, z: [batch, dim, seqlen]; A: [dim, dstate] float32; C: [batch, dstate, seqlen];
-        delta_bias: [dim]. The same (already cast) arrays the scan was given.
-    Returns:
-        (out_extra [batch, dim, seqlen] float32, state_extra [batch, dim, dstate] float32).
-    """
-    L = delta.shape[-1]
-    cum = mx.cumsum(softplus_dt(delta, delta_bias), axis=-1)  # [batch, dim, seqlen]
-    A = A.astype(_F32)
-    h0 = h0.astype(_F32)
-    Ct = C.astype(_F32).transpose(0, 2, 1)
-    extra = []
-    for t0 in range(0, L, chunk):
-        t1 = min(L, t0 + chunk)
-        P = mx.exp(cum[:, :, t0:t1, None] * A[None, :, None, :])  # [batch, dim, T, dstate]
-        extra.append(((P * h0[:, :, None, :]) * Ct[:, None, t0:t1, :]).sum(axis=-1))
-    y0 = mx.concatenate(extra, axis=2) if len(extra) > 1 else extra[0]
-    state_extra = mx.exp(cum[:, :, -1, None] * A[None]) * h0
-    return y0 * nn.silu(z.astype(_F32)), state_extra
-
-
-def _check_shapes(u, delta, A, B, C, D, z, delta_bias) -> None:
+def _check_shapes(u, delta, A, B, C, D, z, delta_bias, h0=None) -> None:
     """Raise ValueError naming the first argument whose shape does not fit the contract."""
     if u.ndim != 3 or A.ndim != 2:
         raise ValueError(f"selective scan: u must be [batch, dim, seqlen] and A [dim, dstate]; "
@@ -139,6 +110,8 @@ def _check_shapes(u, delta, A, B, C, D, z, delta_bias) -> None:
     want = {"delta": (batch, dim, L), "z": (batch, dim, L), "A": (dim, N), "B": (batch, N, L),
             "C": (batch, N, L), "D": (dim,), "delta_bias": (dim,)}
     got = {"delta": delta, "z": z, "A": A, "B": B, "C": C, "D": D, "delta_bias": delta_bias}
+    if h0 is not None:
+        want["h0"], got["h0"] = (batch, dim, N), h0
     for name, shape in want.items():
         if tuple(got[name].shape) != shape:
             raise ValueError(f"selective scan: {name} has shape {tuple(got[name].shape)}, expected {shape} "
