@@ -3,11 +3,12 @@ triton pack's kernel beside mamba_ssm's CUDA kernel, the PyTorch token loop, a P
 mamba_ssm's selective_scan_ref, in one run.
 
 Per L in 512..4096, batch 1 and 8, d_inner 2048, d_state 16, float16 u/delta/B/C/z/out (fp32 A, D, delta_bias,
-last_state), softplus and z gating: time per layer (CUDA events, L2 flushed before every repeat, median),
+h0, last_state), softplus and z gating, from a zero initial state h0 (mamba_ssm's selective_scan_fn has none): time per layer (CUDA events, L2 flushed before every repeat, median),
 tokens/s for 48 layers, speedup over each baseline, % of the roofline floor max(bytes / copy bandwidth,
 batch*dim*L*dstate exps / exp rate), both ceilings measured here with small CuPy kernels. Every kernel is
-first checked against a float64 reference (odd sizes and the real shape at L = 512); one that fails is
-reported and left out of the timings. Results: JSON + Markdown under --out (default $OUT, else bench/results).
+first checked against a float64 reference (odd sizes and the real shape at L = 512, and one set with a drawn
+h0, which mamba_ssm's kernel and selective_scan_ref cannot take: they are checked on the zero-h0 sets only); one
+that fails is reported and left out of the timings. Results: JSON + Markdown under --out (default $OUT, else bench/results).
 
     PYTHONPATH=src python3 bench/gpu/selective_scan_h200.py --mamba-src DIR   # DIR: the mamba-ssm sdist
     python3 bench/gpu/selective_scan_h200.py --render                          # (here) refresh the kernels file
@@ -130,7 +131,8 @@ class CudaCandidate:
 
         batch, dim, L = inputs[0].shape
         axes = {"batch": batch, "dim": dim, "dstate": inputs[2].shape[1], "seqlen": L}
-        names = dict(zip(["u", "delta", "A", "B", "C", "D", "z", "delta_bias"], inputs), out=out, last_state=last_state)
+        names = dict(zip(["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0"], inputs), out=out,
+                     last_state=last_state)
         calls = []
         for fn, l in self.launches:
             if "when" in l and not eval_expr(l["when"], axes):
@@ -332,6 +334,13 @@ def floor_ms(batch, L, ceil) -> dict:
     return {"floor_ms": max(mem, ex), "memory_ms": mem, "exp_ms": ex, "bound": "exp" if ex >= mem else "memory"}
 
 
+def no_initial_state(h0, who: str) -> None:
+    """mamba_ssm's selective_scan_fn (its CUDA kernel, selective_scan_ref) starts from zero: refuse a nonzero h0
+    rather than give a wrong answer that would read as the baseline failing its check."""
+    if bool(h0.any()):
+        raise ValueError(f"{who} has no initial state; it is checked and timed on zero-h0 inputs only")
+
+
 def check(impl, inputs_sets, refs) -> dict:
     """max over the check workloads of (|got - ref| - (atol + rtol |ref|)) for out and last_state; <= 0 passes."""
     import torch
@@ -455,18 +464,22 @@ def main(argv=None) -> int:
     baselines = {"token loop (PyTorch)": torch_impl(token_loop), "pscan (PyTorch)": torch_impl(pscan_scan)}
     if mamba_ref is not None:
         def mref(inp, out, ls):
-            u, delta, A, B, C, D, z, db = inp
+            u, delta, A, B, C, D, z, db, h0 = inp
+            no_initial_state(h0, "selective_scan_ref")
             o, h = mamba_ref(u, delta, A, B, C, D, z, db, delta_softplus=True, return_last_state=True)
             out.copy_(o), ls.copy_(h)
         baselines["selective_scan_ref"] = mref
 
     check_sets = [make_inputs(2, 37, 5, 333, seed=1), make_inputs(1, DIM, DSTATE, 512, seed=2),
-                  make_inputs(2, DIM, DSTATE, 1000, seed=3), make_inputs(1, 64, 64, 1024, seed=4)]
+                  make_inputs(2, DIM, DSTATE, 1000, seed=3), make_inputs(1, 64, 64, 1024, seed=4),
+                  make_inputs(2, 64, DSTATE, 200, seed=5, h0_std=1.0)]   # the last: a drawn initial state
     refs = [reference_f64(*x) for x in check_sets]
+    zero_h0 = [i for i, x in enumerate(check_sets) if not bool(x[-1].any())]
     say("float64 references ready; checking")
     for label, impl in {**impls, **baselines}.items():
         try:
-            status[label] = check(impl, check_sets, refs)
+            sets = zero_h0 if label == "selective_scan_ref" else range(len(check_sets))
+            status[label] = check(impl, [check_sets[i] for i in sets], [refs[i] for i in sets])
         except Exception as e:  # noqa: BLE001
             status[label] = {"passed": False, "error": f"{type(e).__name__}: {e}"[:2000]}
             traceback.print_exc()
@@ -506,14 +519,15 @@ def main(argv=None) -> int:
 
             # mamba_ssm's fwd wants B and C as (batch, n_groups, dstate, seqlen), as selective_scan_fn makes them
             def mcuda(inp, out, ls):
-                u, delta, A, B, C, D, z, db = inp
+                u, delta, A, B, C, D, z, db, h0 = inp
+                no_initial_state(h0, mamba_label)
                 o, x, *rest = ext.fwd(u, delta, A, B.unsqueeze(1), C.unsqueeze(1), D, z, db, True)
                 out.copy_(rest[0]), ls.copy_(x[:, :, -1, 1::2])
-            status[mamba_label] = check(mcuda, check_sets, refs)
+            status[mamba_label] = check(mcuda, [check_sets[i] for i in zero_h0], [refs[i] for i in zero_h0])
             say(f"check {mamba_label}: {status[mamba_label]}")
 
             def mcuda_raw(inp, out, ls):   # timed: the kernel call (+ two view ops), as selective_scan_fn makes it
-                u, delta, A, B, C, D, z, db = inp
+                u, delta, A, B, C, D, z, db, _h0 = inp   # zeros in every timed set
                 ext.fwd(u, delta, A, B.unsqueeze(1), C.unsqueeze(1), D, z, db, True)
             impls = {mamba_label: mcuda_raw, **impls}
         except Exception as e:  # noqa: BLE001
