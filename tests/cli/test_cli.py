@@ -19,7 +19,7 @@ def test_tasks_list_and_show():
     assert {t["name"] for t in json.loads(r.output)} >= {"selective-scan", "selective-scan-fp16"}
     r = runner.invoke(app, ["tasks", "show", "selective-scan", "--json"])
     data = json.loads(r.output)
-    assert data["definition"]["axes"]["seqlen"]["type"] == "var" and len(data["workloads"]) == 10
+    assert data["definition"]["axes"]["seqlen"]["type"] == "var" and len(data["workloads"]) == 12
     r = runner.invoke(app, ["tasks", "show", "selective-scan"])
     assert "def run(u, delta, A, B, C, D, z, delta_bias, h0)" in r.output and "mamba370m-L4096" in r.output
     rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in r.output.splitlines()
