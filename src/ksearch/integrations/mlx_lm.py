@@ -83,7 +83,9 @@ def load_scan(scan: ScanFn | str | os.PathLike | types.ModuleType) -> tuple[Scan
         (function, {input name: mx.Dtype}); inputs missing from the mapping are passed as they are.
     Raises:
         FileNotFoundError: the path does not exist.
-        ValueError: the module has no callable ``selective_scan`` or a malformed ``INPUT_DTYPES``.
+        ValueError: the module has no callable ``selective_scan`` or a malformed ``INPUT_DTYPES``; the scan is
+            one of the 8-input contract from before ``h0`` (a module whose ``INPUTS`` lacks it, a function that
+            cannot take 9 inputs).
         TypeError: scan is none of the above.
     """
     module = None
@@ -163,7 +165,7 @@ def patch_mamba(model, scan: ScanFn | str | os.PathLike | types.ModuleType, *, m
         the number of blocks patched.
     Raises:
         TypeError: model holds no MambaBlock, or scan is of the wrong kind.
-        ValueError: min_tokens < 1, or a malformed scan module.
+        ValueError: min_tokens < 1, a malformed scan module, or a scan without ``h0`` (see ``load_scan``).
     """
     if not isinstance(min_tokens, int) or min_tokens < 1:
         raise ValueError(f"min_tokens must be an int >= 1, got {min_tokens!r}")
