@@ -1,8 +1,11 @@
 """Paired decisions on a busy machine (issue 18): busy loops on every core, started by the test and not ours (the
 load meter counts them as other processes'), and the judge timing anyway (no waiting: busy_wait_s=0).
 
-- an unchanged kernel, re-submitted 20 times with a comment added, is never judged faster or slower than the
-  kernel it is a copy of: every verdict is a tie, and every interval holds 1;
+- an unchanged kernel, re-submitted 10 times with a comment added, is never judged faster or slower than the
+  kernel it is a copy of: every verdict is a tie, and every interval holds 1 (the judge's intervals are at 99.9%,
+  so a sound judge fails this about 1% of the time; a judge whose intervals ignore the load and call 30% of equal
+  kernels different fails it with probability 1 - 0.7^10 = 97%, one at 20% with 89%: 20 re-submissions, 42 s of
+  the suite, bought 99.9% and 99% against the same judges);
 - a kernel 1.3x faster than its reference (the reference does a third of its channels twice) is never judged
   slower, and is found faster in most of 10 trials at the test's own load, in some where the machine was busier
   than its CPU count before (the test asks for the judge's guarantee, no wrong direction, and for power, not for a
@@ -63,12 +66,12 @@ def _judged(judge, candidate, reference):
     return ev
 
 
-def test_an_unchanged_kernel_resubmitted_20_times_under_load_is_always_a_tie(judge):
+def test_an_unchanged_kernel_resubmitted_10_times_under_load_is_always_a_tie(judge):
     naive = _kernel(TASK.naive_sources["cpu"])
     with detached_loops():
-        evs = [_judged(judge, _kernel(TASK.naive_sources["cpu"], f"copy {i}"), naive) for i in range(20)]
+        evs = [_judged(judge, _kernel(TASK.naive_sources["cpu"], f"copy {i}"), naive) for i in range(10)]
     busy = [ev.workloads[0].load_cores for ev in evs]
-    assert sum(b > 0.5 for b in busy) >= 15, busy  # the machine really was busy while timing
+    assert sum(b > 0.5 for b in busy) >= 8, busy  # the machine really was busy while timing
     for ev in evs:
         p = ev.paired_with("parent")
         assert p is not None and p.verdict == "tie" and p.lo <= 1.0 <= p.hi, (p, ev.workloads[0].repeats)
