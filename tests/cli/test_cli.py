@@ -13,6 +13,25 @@ from tests.conftest import fresh_home
 runner = CliRunner()
 
 
+def ksearch_main(args, capsys, monkeypatch, env=None):
+    """``python -m ksearch ARGS`` in this process: the same entry point (`ksearch.cli.main`, whose one-line errors
+    and exit status 2 these tests are about), without ~1.2 s of interpreter start and imports per call. An
+    exception escaping main() (what would print a traceback) fails the test. Returns (exit code, stdout, stderr)."""
+    from ksearch.cli import main
+
+    for k, v in (env or {}).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(sys, "argv", ["ksearch", *args])
+    capsys.readouterr()
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def test_tasks_list_and_show():
     r = runner.invoke(app, ["tasks", "--json"])
     assert r.exit_code == 0, r.output
@@ -60,21 +79,25 @@ def test_eval_table_and_failure_exit_code(tmp_path):
     assert "INCORRECT_NUMERICAL" in r.output and "roofline floor" in r.output
 
 
-def test_user_errors_are_one_line_not_tracebacks(tmp_path):
+def test_user_errors_are_one_line_not_tracebacks(tmp_path, capsys, monkeypatch):
     (tmp_path / "binary.c").write_bytes(bytes(range(128, 256)))  # was a UnicodeDecodeError traceback
-    for args in (["tasks", "show", "no-such-task"], ["eval", "selective-scan", str(tmp_path / "missing.c")],
+    # one real process, as a user runs it; the other cases through the same entry point in this process
+    p = subprocess.run([sys.executable, "-m", "ksearch", "tasks", "show", "no-such-task"], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and "error:" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    for args in (["eval", "selective-scan", str(tmp_path / "missing.c")],
                  ["eval", "selective-scan", __file__, "-w", "no-such-workload"],
                  ["eval", "selective-scan", str(tmp_path / "binary.c")]):
-        p = subprocess.run([sys.executable, "-m", "ksearch", *args], capture_output=True, text=True, timeout=120)
-        assert p.returncode == 2, (args, p.stderr)
-        assert "error:" in p.stderr and "Traceback" not in p.stderr
+        code, _, err = ksearch_main(args, capsys, monkeypatch)
+        assert code == 2, (args, err)
+        assert "error:" in err and "Traceback" not in err
     k = tmp_path / "k.c"
     k.write_text(kernels.WRONG)
     for args, match in ((["eval", "selective-scan", str(k), "--seed", "-5"], "--seed"),  # was a NumPy traceback
                         (["eval", "selective-scan", str(k), "--timeout", "0"], "more than 0 seconds"),  # all TIMEOUT
                         (["run", "selective-scan", "--timeout", "-1"], "more than 0 seconds")):
-        p = subprocess.run([sys.executable, "-m", "ksearch", *args], capture_output=True, text=True, timeout=120)
-        assert p.returncode == 2 and match in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+        code, _, err = ksearch_main(args, capsys, monkeypatch)
+        assert code == 2 and match in err and "Traceback" not in err, (args, err)
 
 
 def test_ctrl_c_during_eval_says_so_and_leaves_no_worker(tmp_path):
@@ -102,7 +125,7 @@ def test_ctrl_c_during_eval_says_so_and_leaves_no_worker(tmp_path):
     assert f"ksearch-eval-{proc.pid}-" not in ps  # the worker (its policy names its directory) is gone
 
 
-def test_damaged_runs_are_one_line_errors_and_listed_as_unreadable(tmp_path):
+def test_damaged_runs_are_one_line_errors_and_listed_as_unreadable(tmp_path, capsys, monkeypatch):
     import os
 
     from ksearch.store.db import Store
@@ -115,14 +138,17 @@ def test_damaged_runs_are_one_line_errors_and_listed_as_unreadable(tmp_path):
         s.record_snapshot("{}", "{}")
         s.db.execute(damage)
         s.close()
-    for args in (["show", "r-json"], ["resume", "r-json"], ["show", "r-table"], ["resume", "r-table"]):
-        p = subprocess.run([sys.executable, "-m", "ksearch", *args], capture_output=True, text=True, env=env,
-                           timeout=120)
-        assert p.returncode == 2 and "error:" in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
-    p = subprocess.run([sys.executable, "-m", "ksearch", "runs", "list", "--json"], capture_output=True, text=True,
+    # one real process, as a user runs it; the other cases through the same entry point in this process
+    p = subprocess.run([sys.executable, "-m", "ksearch", "resume", "r-table"], capture_output=True, text=True,
                        env=env, timeout=120)
-    assert p.returncode == 0, p.stderr
-    assert {r["id"]: r["status"] for r in json.loads(p.stdout)} == {"r-json": "interrupted", "r-table": "unreadable"}
+    assert p.returncode == 2 and "error:" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    home = {"KSEARCH_HOME": str(tmp_path)}
+    for args in (["show", "r-json"], ["resume", "r-json"], ["show", "r-table"]):
+        code, _, err = ksearch_main(args, capsys, monkeypatch, home)
+        assert code == 2 and "error:" in err and "Traceback" not in err, (args, err)
+    code, out, err = ksearch_main(["runs", "list", "--json"], capsys, monkeypatch, home)
+    assert code == 0, err
+    assert {r["id"]: r["status"] for r in json.loads(out)} == {"r-json": "interrupted", "r-table": "unreadable"}
 
 
 def test_runs_list_never_cuts_a_run_id_at_120_columns(tmp_path, monkeypatch):
