@@ -1,5 +1,5 @@
 """`ksearch ablate` (ksearch.run.ablate, ksearch.run.ablate_results): one ordinary run per context level on the cpu
-target, answered by the scripted model stand-in of tests/e2e, at budget 1 on one small workload."""
+target, answered by the scripted model stand-in of tests/e2e, at budget 1 on the smallest workload (tiny)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from tests.e2e.responder import NAIVE, Responder
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
-BASE = ["ablate", "selective-scan", "-w", "small-b2", "--budget", "1"]
+BASE = ["ablate", "selective-scan", "-w", "tiny", "--budget", "1"]
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def test_one_run_per_level_with_the_same_config_but_the_context_and_a_queue_dire
     offline = configs["offline"]
     assert offline.proposer == "patterns" and offline.llm is None
     assert offline.model_dump(exclude={"proposer", "llm"}) == configs["none"].model_dump(exclude={"proposer", "llm"})
-    assert offline.seed == 7 and offline.budget == 1 and offline.workloads == ["small-b2"]
+    assert offline.seed == 7 and offline.budget == 1 and offline.workloads == ["tiny"]
     listed = {row["id"]: row for row in list_runs()}  # ordinary runs
     assert all(listed[x.run_id]["status"] == "finished" for x in ab.runs)
     # the table, and its files with how and where it was measured
@@ -116,7 +116,7 @@ def test_one_run_per_level_with_the_same_config_but_the_context_and_a_queue_dire
     assert all(row["evaluations"] == 1 and row["vs_naive"] for row in result["rows"])
     assert result["rows"][0]["llm_calls"] > 0 and result["rows"][0]["tokens_estimated"]
     assert result["rows"][2]["llm_calls"] == 0
-    assert result["reference_name"] == "numpy-token-loop" and result["bench_workloads"] == ["small-b2"]
+    assert result["reference_name"] == "numpy-token-loop" and result["bench_workloads"] == ["tiny"]
     for key in ("- date:", "- command:", "- machine:", "- versions:", "- load:", "| context | run id |"):
         assert key in md
     assert result["machine"]["cpu"] and result["versions"]["ksearch"]
