@@ -28,7 +28,7 @@ from tests.conftest import fresh_home
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
-RUN = ["run", "selective-scan", "-w", "tiny,small-b2", "--budget", "10", "--json"]
+RUN = ["run", "selective-scan", "-w", "tiny", "--budget", "10", "--json"]  # one small workload: the runs test the llm plumbing
 FAULTS = {2: Status(429, retry_after=0), 5: Status(500), 8: Hang(3.0), 11: Garbage()}
 
 
@@ -177,7 +177,7 @@ def test_a_planner_choice_that_looks_like_markup_is_shown_as_written(tmp_path, m
     cmd = f"{sys.executable} -m tests.e2e.responder {tmp_path / 'state.json'} '{prefix}'"
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("KSEARCH_HOME", str(fresh_home(tmp_path / "home")))
-    r = runner.invoke(app, ["run", "selective-scan", "-w", "tiny,small-b2", "--budget", "2", "--backend",
+    r = runner.invoke(app, ["run", "selective-scan", "-w", "tiny", "--budget", "2", "--backend",
                             "command", "--command", cmd])
     assert r.exit_code == 0, r.output
     assert f"{prefix}family" in r.output
