@@ -26,7 +26,8 @@ def pack():
 
 @pytest.fixture(scope="module")
 def evaluator():
-    ev = Evaluator(load_task(TASK), config=EvalConfig(seeds=[7], timeout_s=30.0))
+    # a spare worker starts while the next kernel compiles (a search's judge keeps three)
+    ev = Evaluator(load_task(TASK), config=EvalConfig(seeds=[7], timeout_s=30.0, spare_workers=1))
     yield ev
     ev.close()
 
@@ -90,7 +91,7 @@ def test_fast_combinations_pass_small_workloads(pack, evaluator, path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", random_paths(load_pack(TASK, "cpu"), 8, seed=2026), ids=path_id)
+@pytest.mark.parametrize("path", random_paths(load_pack(TASK, "cpu"), 4, seed=2026), ids=path_id)
 def test_random_full_paths_pass_every_check_workload(pack, evaluator, path):
     choices, knobs = path
     if choices.get("loads") == "f16c" and not HAS_F16C:
