@@ -43,7 +43,8 @@ def test_two_ray_nodes_one_killed_mid_evaluation_lose_and_repeat_nothing_and_the
         second = cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
         head_id, second_id = cluster.head_node.node_id, second.node_id
-        cfg = REAL.model_copy(update={"executor": "ray", "ray_address": cluster.address, "budget": BUDGET})
+        cfg = REAL.model_copy(update={"executor": "ray", "ray_address": cluster.address, "budget": BUDGET,
+                                      "workloads": ["tiny", "small-b2"]})  # a 100M-spin kernel judged long enough
         c, judge = real_controller(tmp_path, cfg)
         lines: list[str] = []
         c.progress = lambda m: lines.append(f"{time.monotonic() - t0:.1f} {m}")
