@@ -78,7 +78,7 @@ def _state(db) -> tuple[int, dict]:
 
 def test_kill_9_of_the_controller_with_evaluations_in_flight_then_resume_loses_and_repeats_nothing(tmp_path):
     env = dict(os.environ, KSEARCH_HOME=str(fresh_home(tmp_path / "home")))
-    args = [sys.executable, "-m", "ksearch", "run", "selective-scan", "-w", "tiny,small-b2", "--budget", "6",
+    args = [sys.executable, "-m", "ksearch", "run", "selective-scan", "-w", "tiny", "--budget", "6",
             "--workers", "2", "--executor", "ray"]
     proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
