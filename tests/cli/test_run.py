@@ -15,7 +15,7 @@ from ksearch.store.runs import open_run
 from tests.conftest import fresh_home
 
 # one small workload: these tests are about the processes (json, show, kill, resume, Ctrl-C), not the timing
-ARGS = ["run", "selective-scan", "-w", "tiny", "--budget", "5", "--seed", "3"]
+ARGS = ["run", "selective-scan", "-w", "tiny", "--budget", "4", "--seed", "3"]
 
 
 def ksearch(*args, env, timeout=300):
@@ -92,12 +92,12 @@ def test_sigkill_during_evaluation_then_resume(env, tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)  # the controller and anything it started in its group
     proc.wait()
     done = count(db, "SELECT COUNT(*) FROM evaluations")
-    assert 2 <= done < 5
+    assert 2 <= done < 4  # killed within 50 ms of the second: never a whole evaluation later
     p = ksearch("resume", db.parent.name, "--json", env=env)
     assert p.returncode == 0, p.stderr
-    assert json.loads(p.stdout)["evaluations"] == 5
-    assert count(db, "SELECT COUNT(*) FROM evaluations") == 5
-    assert count(db, "SELECT COUNT(DISTINCT candidate_id) FROM evaluations") == 5
+    assert json.loads(p.stdout)["evaluations"] == 4
+    assert count(db, "SELECT COUNT(*) FROM evaluations") == 4
+    assert count(db, "SELECT COUNT(DISTINCT candidate_id) FROM evaluations") == 4
     # the killed run's judge directories were cleaned up by the next run
     from ksearch.eval.casedata import shared_base
 
