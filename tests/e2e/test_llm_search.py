@@ -90,6 +90,11 @@ def _check(summary, calls, evaluations, edits):
     (ScriptedAnthropicServer, ["--model", "claude-3-5-haiku-20241022", "--backend", "anthropic"]),
 ], ids=["openai", "anthropic"])
 def test_a_10_evaluation_search_through_an_http_endpoint_with_faults(server_cls, flags, tmp_path, monkeypatch):
+    from ksearch.llm import client as llm_client
+
+    init = llm_client.LLMClient.__init__  # retries without their backoff sleeps: every retry still happens
+    monkeypatch.setattr(llm_client.LLMClient, "__init__",
+                        lambda self, backend, **kw: init(self, backend, **{**kw, "sleep": lambda s: None}))
     respond = Responder(tmp_path / "state.json")
     with responding(server_cls)(respond, FAULTS) as srv:
         summary, calls, evaluations, edits = _run(flags + ["--base-url", srv.base_url, "--llm-timeout", "1"],
