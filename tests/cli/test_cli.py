@@ -8,28 +8,9 @@ from ksearch.cli import app
 
 from ..eval import kernels
 
-from tests.conftest import fresh_home
+from tests.conftest import fresh_home, ksearch_main
 
 runner = CliRunner()
-
-
-def ksearch_main(args, capsys, monkeypatch, env=None):
-    """``python -m ksearch ARGS`` in this process: the same entry point (`ksearch.cli.main`, whose one-line errors
-    and exit status 2 these tests are about), without ~1.2 s of interpreter start and imports per call. An
-    exception escaping main() (what would print a traceback) fails the test. Returns (exit code, stdout, stderr)."""
-    from ksearch.cli import main
-
-    for k, v in (env or {}).items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setattr(sys, "argv", ["ksearch", *args])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_tasks_list_and_show():

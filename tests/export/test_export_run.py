@@ -3,7 +3,6 @@ format under ``<run>/best/``; a format with no counterpart for the run's target 
 
 from __future__ import annotations
 
-import sys
 
 import pytest
 
@@ -13,6 +12,7 @@ from ksearch.errors import ExportError  # noqa: E402
 from ksearch.export import FORMATS, export_candidate, export_run  # noqa: E402
 from ksearch.records import Candidate  # noqa: E402
 from ksearch.tasks.kernelbench import load_kernelbench  # noqa: E402
+from tests.conftest import ksearch_main  # noqa: E402
 from tests.export.test_kernelbench_export import FIXTURES, PROBLEMS, load_module  # noqa: E402
 
 RELU = "level1/19_ReLU.py"
@@ -51,27 +51,12 @@ def test_a_runs_best_goes_out_as_model_new_and_submission(run):
     torch.testing.assert_close(sub.custom_kernel(x), torch.relu(x))  # one input: data is the tensor itself
 
 
-def cli(args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
-    """``ksearch ARGS`` in this process, as its entry point runs it: (exit status, stdout, stderr)."""
-    from ksearch.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["ksearch", *args])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_formats_with_no_counterpart_exit_2_in_one_line(run, monkeypatch, capsys):
     for fmt, words in (("flashinfer-bench", "a cpu kernel has no flashinfer-bench Solution form"),
                        ("mlx", "not mlx-metal or mlx-cuda")):
-        code, _, err = cli(["export", "relu-test-run", "--format", fmt], monkeypatch, capsys)
+        code, _, err = ksearch_main(["export", "relu-test-run", "--format", fmt], capsys, monkeypatch)
         assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
-    code, out, err = cli(["export", "relu-test-run", "-f", "kernelbench"], monkeypatch, capsys)
+    code, out, err = ksearch_main(["export", "relu-test-run", "-f", "kernelbench"], capsys, monkeypatch)
     assert code == 0 and out.strip() == f"wrote {run / 'best' / 'model_new.py'}", err
     with pytest.raises(ExportError, match="unknown export format 'onnx'; formats: mlx, kernelbench"):
         export_run("relu-test", fmt="onnx")
