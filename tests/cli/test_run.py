@@ -119,6 +119,32 @@ def test_ctrl_c_stops_cleanly(env, tmp_path):
     assert listing[0]["status"] == "interrupted"
 
 
+@pytest.mark.parametrize("message, code", [("Error serializing to JSON: KeyboardInterrupt: ", 130),
+                                           ("Error serializing to JSON: ValueError: bad", None)])
+def test_ctrl_c_inside_pydantics_serializer_is_a_ctrl_c(message, code, tmp_path, monkeypatch, capsys):
+    """A SIGINT landing while pydantic serializes the tree (its Rust core) surfaces as a PydanticSerializationError
+    naming KeyboardInterrupt (seen under load): the run stops as on any Ctrl-C (exit 130, resumable, no traceback);
+    any other serialization error is not swallowed."""
+    from pydantic_core import PydanticSerializationError
+
+    from ksearch.run.controller import Controller
+    from tests.conftest import fresh_home, ksearch_main
+
+    def interrupted(self, *a, **kw):
+        raise PydanticSerializationError(message)
+
+    monkeypatch.setattr(Controller, "run", interrupted)
+    home = str(fresh_home(tmp_path / "home"))
+    if code is None:
+        with pytest.raises(PydanticSerializationError):
+            ksearch_main(["run", "selective-scan", "--target", "null", "-w", "tiny", "--budget", "2"], capsys,
+                         monkeypatch, {"KSEARCH_HOME": home})
+        return
+    got, _, err = ksearch_main(["run", "selective-scan", "--target", "null", "-w", "tiny", "--budget", "2"], capsys,
+                               monkeypatch, {"KSEARCH_HOME": home})
+    assert got == code and "ksearch resume" in err and "Traceback" not in err
+
+
 def test_eta_is_evaluations_left_times_the_recent_time_per_evaluation():
     from ksearch.cli.run_cmd import eta_s
 
