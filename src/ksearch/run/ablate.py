@@ -21,7 +21,6 @@ The table at the end is `ksearch.run.ablate_results`'s.
 
 from __future__ import annotations
 
-import fcntl
 import multiprocessing
 import os
 import queue as queue_mod
@@ -40,7 +39,7 @@ from ksearch.errors import KsearchError, LLMError, SearchError, StoreError
 from ksearch.llm.settings import ContextLevel
 from ksearch.run.controller import RunConfig, StepReport
 from ksearch.run.session import Session
-from ksearch.store.runs import new_run_id, open_run
+from ksearch.store.runs import hold_lock, new_run_id, open_run
 
 #: the context levels a run can have, in order of what the prompts carry
 LEVELS: tuple[str, ...] = get_args(ContextLevel)
@@ -187,13 +186,7 @@ def lock(ab_id: str) -> TextIO:
     """The ablation's ``lock`` file, held (flock) until closed. Raises StoreError when another process holds it."""
     d = ablation_dir(ab_id)
     d.mkdir(parents=True, exist_ok=True)
-    f = open(d / "lock", "w")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.close()
-        raise StoreError(f"ablation {ab_id} is being worked on by another ksearch process") from None
-    return f
+    return hold_lock(d / "lock", f"ablation {ab_id}")
 
 
 def run_state(run_id: str) -> tuple[str, bool]:

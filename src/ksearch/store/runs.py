@@ -109,16 +109,22 @@ def current_status(directory: Path, status: str) -> str:
     return "stopped" if status == "running" and not _locked(directory) else status
 
 
-def lock_run(directory: Path) -> TextIO:
-    """The run directory's ``lock`` file, held (flock, exclusive) until it is closed: by `ksearch.run.session` while
-    it works on the run, by `ksearch.store.check.repair`. Raises StoreError when another process holds it."""
-    f = open(directory / "lock", "w")
+def hold_lock(path: Path, what: str) -> TextIO:
+    """The file ``path``, held (flock, exclusive, without waiting) until it is closed. Raises StoreError naming
+    ``what`` (``run ID``, ``ablation ID``) when another process holds it."""
+    f = open(path, "w")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         f.close()
-        raise StoreError(f"run {directory.name} is being worked on by another ksearch process") from None
+        raise StoreError(f"{what} is being worked on by another ksearch process") from None
     return f
+
+
+def lock_run(directory: Path) -> TextIO:
+    """The run directory's ``lock`` file, held (`hold_lock`) until it is closed: by `ksearch.run.session` while it
+    works on the run, by `ksearch.store.check.repair`. Raises StoreError when another process holds it."""
+    return hold_lock(directory / "lock", f"run {directory.name}")
 
 
 def _locked(directory: Path) -> bool:
