@@ -123,26 +123,48 @@ def test_ctrl_c_stops_cleanly(env, tmp_path):
                                            ("Error serializing to JSON: ValueError: bad", None)])
 def test_ctrl_c_inside_pydantics_serializer_is_a_ctrl_c(message, code, tmp_path, monkeypatch, capsys):
     """A SIGINT landing while pydantic serializes the tree (its Rust core) surfaces as a PydanticSerializationError
-    naming KeyboardInterrupt (seen under load): the run stops as on any Ctrl-C (exit 130, resumable, no traceback);
-    any other serialization error is not swallowed."""
+    naming KeyboardInterrupt (seen under load, in the controller's dispatch of a kernel): the run stops as on any
+    Ctrl-C (exit 130, resumable, no traceback); any other serialization error is not swallowed."""
     from pydantic_core import PydanticSerializationError
 
     from ksearch.run.controller import Controller
     from tests.conftest import fresh_home, ksearch_main
 
-    def interrupted(self, *a, **kw):
+    def dispatch(self, *a, **kw):
         raise PydanticSerializationError(message)
 
-    monkeypatch.setattr(Controller, "run", interrupted)
-    home = str(fresh_home(tmp_path / "home"))
+    monkeypatch.setattr(Controller, "_start_one", dispatch)  # a step inside Controller.run, as the real one was
+    args = ["run", "selective-scan", "--target", "null", "-w", "tiny", "--budget", "2"]
+    env = {"KSEARCH_HOME": str(fresh_home(tmp_path / "home"))}
     if code is None:
         with pytest.raises(PydanticSerializationError):
-            ksearch_main(["run", "selective-scan", "--target", "null", "-w", "tiny", "--budget", "2"], capsys,
-                         monkeypatch, {"KSEARCH_HOME": home})
+            ksearch_main(args, capsys, monkeypatch, env)
         return
-    got, _, err = ksearch_main(["run", "selective-scan", "--target", "null", "-w", "tiny", "--budget", "2"], capsys,
-                               monkeypatch, {"KSEARCH_HOME": home})
+    got, _, err = ksearch_main(args, capsys, monkeypatch, env)
     assert got == code and "ksearch resume" in err and "Traceback" not in err
+
+
+def test_an_ablation_run_ctrl_c_inside_pydantics_serializer_is_interrupted_not_failed(tmp_path, monkeypatch):
+    """The same wrapped Ctrl-C in a run of `ksearch ablate`/`compare` (`ksearch.run.ablate.execute`, which reports
+    any other exception as a failed run and goes on): the run is marked interrupted and the Ctrl-C goes up."""
+    from pydantic_core import PydanticSerializationError
+
+    from ksearch.run import ablate
+    from ksearch.run.controller import Controller, RunConfig
+    from tests.conftest import fresh_home
+
+    def dispatch(self, *a, **kw):
+        raise PydanticSerializationError("Error serializing to JSON: KeyboardInterrupt: ")
+
+    monkeypatch.setattr(Controller, "_start_one", dispatch)
+    monkeypatch.setenv("KSEARCH_HOME", str(fresh_home(tmp_path / "home")))
+    events: list[dict] = []
+    job = ablate.Job(label="a", config=RunConfig(task="selective-scan", target="null", workloads=["tiny"], budget=2))
+    with pytest.raises(KeyboardInterrupt):
+        ablate.execute(job, events.append)
+    ended = [e for e in events if e["kind"] == "ended"]
+    assert [e["status"] for e in ended] == ["interrupted"]
+    assert ablate.run_state(ended[0]["run_id"]) == ("interrupted", False)
 
 
 def test_eta_is_evaluations_left_times_the_recent_time_per_evaluation():

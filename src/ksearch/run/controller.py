@@ -10,6 +10,7 @@ With several workers, several steps are under way at once and commit in the orde
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import platform
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from ksearch import __version__
 from ksearch.errors import KnowledgeError, LLMError, SearchError, StoreError
@@ -167,6 +169,24 @@ class StepReport:
     stop: LLMError | None = None
 
 
+def unwrap_ctrl_c(fn):
+    """``fn`` with a Ctrl-C that landed inside pydantic's serializer (its Rust core reports the KeyboardInterrupt
+    raised there as a PydanticSerializationError naming it; seen under load, dumping the tree) re-raised as the
+    KeyboardInterrupt it is, so every caller's Ctrl-C handling (``ksearch run``/``resume``, ablate's and compare's
+    runs) sees it; any other serialization error is raised as it is."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except PydanticSerializationError as e:
+            if "KeyboardInterrupt" in str(e):
+                raise KeyboardInterrupt from e
+            raise
+
+    return wrapper
+
+
 class Controller:
     """Runs (or resumes) one search on one store.
 
@@ -290,6 +310,7 @@ class Controller:
             self._executor.close()
             self._executor = None
 
+    @unwrap_ctrl_c
     def run(self, on_step: Callable[[StepReport], None] | None = None, time_limit_s: float | None = None) -> None:
         """Evaluations until the budget is spent, no action is left, `MAX_IDLE_STEPS` steps in a row judged nothing
         new (a proposer that keeps writing kernels already judged: the budget counts judged kernels, so without

@@ -22,7 +22,7 @@ from ksearch.records import (Candidate, Evaluation, FinalMeasurements, FinalRepo
                              WorkloadResult)
 from ksearch.eval.timing import Reference
 from ksearch.proposers.base import get_proposer
-from ksearch.run.controller import Controller, RunConfig, environment, load_snapshot, run_config
+from ksearch.run.controller import Controller, RunConfig, environment, load_snapshot, run_config, unwrap_ctrl_c
 from ksearch.run.executor import check_placement, make_executor
 from ksearch.store.db import Store
 from ksearch.store.runs import lock_run, new_run_id, open_run, run_dir
@@ -216,6 +216,7 @@ class Session:
 
     # -- the end of a run ---------------------------------------------------------------------------
 
+    @unwrap_ctrl_c
     def finish(self) -> FinalReport:
         """Write the best kernel's sources (first: the measurements can take minutes), measure naive / best /
         reference side by side on fresh inputs (kept in the store, so a second call reuses them), and return the
