@@ -13,6 +13,7 @@ import pytest
 from ksearch.records import FinalReport
 from ksearch.store.runs import open_run
 from tests.conftest import fresh_home
+from tests.quick_ksearch import command
 
 # one small workload: these tests are about the processes (json, show, kill, resume, Ctrl-C), not the timing
 ARGS = ["run", "selective-scan", "-w", "tiny", "--budget", "4", "--seed", "3"]
@@ -21,6 +22,12 @@ ARGS = ["run", "selective-scan", "-w", "tiny", "--budget", "4", "--seed", "3"]
 def ksearch(*args, env, timeout=300):
     return subprocess.run([sys.executable, "-m", "ksearch", *args], capture_output=True, text=True, env=env,
                           timeout=timeout)
+
+
+def quick_ksearch(*args, env, timeout=300):
+    """``ksearch ARGS`` in a real process, its runs timed by the quick plan (`tests.quick_ksearch`: the runs and
+    resumes here cost about a fifth less CPU; every check and paired round of that plan still runs)."""
+    return subprocess.run(command(*args), capture_output=True, text=True, env=env, timeout=timeout)
 
 
 def count(db, sql):
@@ -52,7 +59,7 @@ def env(tmp_path):
 
 @pytest.mark.slow
 def test_run_json_summary_and_show(env, tmp_path):
-    p = ksearch(*ARGS[:-4], "--budget", "3", "--seed", "3", "--json", env=env)
+    p = quick_ksearch(*ARGS[:-4], "--budget", "3", "--seed", "3", "--json", env=env)
     assert p.returncode == 0, p.stderr
     s = json.loads(p.stdout)  # stdout: the JSON alone; the progress went to stderr
     assert "in-search best" in p.stderr and "[  3]" in p.stderr
@@ -86,14 +93,14 @@ def test_run_json_summary_and_show(env, tmp_path):
 
 @pytest.mark.slow
 def test_sigkill_during_evaluation_then_resume(env, tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "ksearch", *ARGS], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(command(*ARGS), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
     db = wait_for_evaluations(tmp_path / "home" / "runs", 2)
     os.killpg(proc.pid, signal.SIGKILL)  # the controller and anything it started in its group
     proc.wait()
     done = count(db, "SELECT COUNT(*) FROM evaluations")
     assert 2 <= done < 4  # killed within 50 ms of the second: never a whole evaluation later
-    p = ksearch("resume", db.parent.name, "--json", env=env)
+    p = quick_ksearch("resume", db.parent.name, "--json", env=env)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["evaluations"] == 4
     assert count(db, "SELECT COUNT(*) FROM evaluations") == 4
@@ -107,7 +114,7 @@ def test_sigkill_during_evaluation_then_resume(env, tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_stops_cleanly(env, tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "ksearch", *ARGS], env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(command(*ARGS), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,  # SIGINT at its default, as from a terminal
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for_evaluations(tmp_path / "home" / "runs", 1)
