@@ -19,6 +19,7 @@ from ksearch.search.strategy import SearchState, StrategyConfig, decide
 from ksearch.search.worldmodel import ROOT_ID, Action, EvalSummary, Tree, attach
 
 from tests.conftest import fresh_home
+from tests.quick_ksearch import command
 
 
 def _tree():
@@ -100,9 +101,10 @@ def test_a_comparison_gives_every_strategy_the_same_seeds_and_summarizes_its_rep
 def test_ksearch_compare_end_to_end_on_the_null_target(tmp_path):
     env = dict(os.environ, KSEARCH_HOME=str(fresh_home(tmp_path / "home")))
     out = tmp_path / "cmp" / "results.md"
-    p = subprocess.run([sys.executable, "-m", "ksearch", "compare", "selective-scan", "--target", "null", "-w",
-                        "tiny", "--budget", "2", "--repeats", "1", "-o", str(out)], env=env, capture_output=True,
-                       text=True, timeout=600)
+    # the ksearch command with the quick timing plan (tests/quick_ksearch.py): the runs' and the re-time's figures
+    # are not what this test checks
+    p = subprocess.run(command("compare", "selective-scan", "--target", "null", "-w", "tiny", "--budget", "2",
+                               "--repeats", "1", "-o", str(out)), env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads(out.with_suffix(".json").read_text())
     assert [s["strategy"] for s in doc["summaries"]] == ["worldmodel", "evolve", "random"]

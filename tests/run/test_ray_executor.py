@@ -10,7 +10,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 
 import pytest
@@ -19,6 +18,7 @@ from ksearch.records import Status
 from ksearch.run.controller import RunConfig
 
 from tests.conftest import fresh_home
+from tests.quick_ksearch import command
 from tests.run.test_executor import REAL, SlowNthProposer, real_controller
 
 ray = pytest.importorskip("ray")
@@ -78,8 +78,8 @@ def _state(db) -> tuple[int, dict]:
 
 def test_kill_9_of_the_controller_with_evaluations_in_flight_then_resume_loses_and_repeats_nothing(tmp_path):
     env = dict(os.environ, KSEARCH_HOME=str(fresh_home(tmp_path / "home")))
-    args = [sys.executable, "-m", "ksearch", "run", "selective-scan", "-w", "tiny", "--budget", "6",
-            "--workers", "2", "--executor", "ray"]
+    # the ksearch command with the quick timing plan (tests/quick_ksearch.py: the test is about the processes)
+    args = command("run", "selective-scan", "-w", "tiny", "--budget", "6", "--workers", "2", "--executor", "ray")
     proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     runs = tmp_path / "home" / "runs"
@@ -97,8 +97,8 @@ def test_kill_9_of_the_controller_with_evaluations_in_flight_then_resume_loses_a
     assert db is not None and in_flight, "the run never had an evaluation committed and others in flight"
     done, in_flight = _state(db)
     assert 1 <= done < 6 and in_flight
-    p = subprocess.run([sys.executable, "-m", "ksearch", "resume", db.parent.name, "--json"], env=env,
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(command("resume", db.parent.name, "--json"), env=env, capture_output=True, text=True,
+                       timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     assert json.loads(p.stdout)["evaluations"] == 6
     con = sqlite3.connect(db)
