@@ -47,20 +47,29 @@ CUDA_PATHS = [
     ("naive", {"family": "naive", "exp": "ex2-approx", "transcendentals": "intrinsics"}, {}),
     ("block-scan 128x8", {"family": "block-scan", **FAST}, {"threads": 128, "items_per_thread": 8}),
     ("block-scan 128x16", {"family": "block-scan", **FAST}, {"threads": 128, "items_per_thread": 16}),
-    ("block-scan 64x16", {"family": "block-scan", **FAST}, {"threads": 64, "items_per_thread": 16}),
-    ("block-scan 256x8", {"family": "block-scan", **FAST}, {"threads": 256, "items_per_thread": 8}),
-    ("block-scan 32x16", {"family": "block-scan", **FAST}, {"threads": 32, "items_per_thread": 16}),
-    ("warp-lanes 4x4w", {"family": "warp-lanes", **FAST}, {"lanes": 4, "warps": 4}),
     ("warp-lanes 8x4w", {"family": "warp-lanes", **FAST}, {"lanes": 8, "warps": 4}),
-    ("warp-lanes 8x8w", {"family": "warp-lanes", **FAST}, {"lanes": 8, "warps": 8}),
     ("warp-lanes 16x4w", {"family": "warp-lanes", **FAST}, {"lanes": 16, "warps": 4}),
-    ("warp-lanes 8x2w", {"family": "warp-lanes", **FAST}, {"lanes": 8, "warps": 2}),
 ] + [
-    (f"warp-chunks {ni}i {nw}w {su}u {bc}", {"family": "warp-chunks", **FAST, "bc_tiles": bc},
-     {"items_per_thread": ni, "warps": nw, "state_unroll": su})
-    for ni, nw, su, bc in [(8, 4, 1, "smem"), (8, 4, 2, "smem"), (8, 2, 1, "smem"), (8, 8, 1, "smem"),
-                           (16, 4, 1, "smem"), (16, 2, 1, "smem"), (16, 4, 2, "smem"), (4, 4, 1, "smem"),
-                           (4, 8, 1, "smem"), (4, 8, 2, "smem"), (8, 8, 2, "smem"), (8, 4, 1, "l1"), (8, 4, 2, "l1")]
+    # warp-chunks: items, warps, states in flight, B/C tiles, the lane's aggregate decay, loads, NVRTC flags.
+    # "n81" is the budget-40 search's best (2026-11-30: scalar loads, --use_fast_math); smem-f32 and sum are the
+    # pack's moves added for issue 26 (tiles converted to float once per block; one exp2 of the dt sum per lane).
+    (f"warp-chunks {ni}i {nw}w {su}u {bc}{' sum' if ld == 'sum' else ''}{' vec' if lo == 'vector' else ''}"
+     f"{' ff' if cf == 'fast-math' else ''}{f' r{mb}' if mb else ''}",
+     {"family": "warp-chunks", **FAST, "bc_tiles": bc, "lane_decay": ld, "loads": lo, "compile_flags": cf},
+     {"items_per_thread": ni, "warps": nw, "state_unroll": su, "reg_cap": mb})
+    for ni, nw, su, bc, ld, lo, cf, mb in [
+        (8, 8, 2, "smem", "product", "scalar", "fast-math", 0),        # n81
+        (8, 4, 2, "smem", "product", "vector", "default", 0),          # the hand-set batch-8 path
+        (8, 8, 2, "smem", "sum", "scalar", "fast-math", 0),
+        (8, 8, 2, "smem-f32", "product", "scalar", "fast-math", 0),
+        (8, 8, 2, "smem-f32", "sum", "scalar", "fast-math", 0),
+        (8, 8, 2, "smem-f32", "sum", "scalar", "fast-math", 128),
+        (8, 8, 1, "smem-f32", "sum", "scalar", "fast-math", 128),
+        (8, 8, 4, "smem-f32", "sum", "scalar", "fast-math", 128),
+        (16, 8, 1, "smem-f32", "sum", "scalar", "fast-math", 0),
+        (4, 8, 2, "smem-f32", "sum", "scalar", "fast-math", 0),
+        (4, 8, 4, "smem-f32", "sum", "scalar", "fast-math", 0),
+    ]
 ]
 TRITON_PATHS = [
     ("triton assoc 4x64", {}, {"block_d": 4, "block_l": 64, "num_warps": 4}),
