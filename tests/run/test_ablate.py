@@ -3,6 +3,7 @@ target, answered by the scripted model stand-in of tests/e2e, at budget 1 on the
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -41,6 +42,20 @@ def home(tmp_path, monkeypatch):
     return tmp_path / "home"
 
 
+@pytest.fixture
+def quick_timing(monkeypatch):
+    """The ablation's runs and its re-time timed with the quick plan (`tests.targets.test_null.QUICK`, kept in each
+    run's config: ablate's runs are built by ablate_cmd), each worker's clock calibrated with 4 pings, not 24 (as
+    tests/e2e does): these tests are about the runs, their configs and the table's plumbing, not the figures (the
+    default plan's minimum time per kernel and repeats were about a third of each test)."""
+    import ksearch.cli.ablate_cmd as ablate_cmd
+    from ksearch.eval import timing
+    from tests.targets.test_null import QUICK
+
+    monkeypatch.setattr(ablate_cmd, "RunConfig", functools.partial(RunConfig, timing=QUICK))
+    monkeypatch.setattr(timing, "PINGS", 4)
+
+
 def _command(tmp_path) -> list[str]:
     return ["--command", f"{sys.executable} -m tests.e2e.responder {tmp_path / 'state.json'}"]
 
@@ -72,7 +87,7 @@ def _config(run_id: str) -> RunConfig:
 
 
 @pytest.mark.slow
-def test_one_run_per_level_with_the_same_config_but_the_context_and_a_queue_directory_each(home, tmp_path,
+def test_one_run_per_level_with_the_same_config_but_the_context_and_a_queue_directory_each(home, quick_timing, tmp_path,
                                                                                            monkeypatch):
     from ksearch.llm import backends
 
@@ -124,7 +139,7 @@ def test_one_run_per_level_with_the_same_config_but_the_context_and_a_queue_dire
 
 
 @pytest.mark.slow
-def test_resume_finishes_an_interrupted_run_and_does_not_start_a_finished_one(home, tmp_path, monkeypatch):
+def test_resume_finishes_an_interrupted_run_and_does_not_start_a_finished_one(home, quick_timing, tmp_path, monkeypatch):
     from ksearch.run import controller as controller_mod
     from ksearch.run.session import Session
 
@@ -170,7 +185,7 @@ def test_resume_finishes_an_interrupted_run_and_does_not_start_a_finished_one(ho
 
 
 @pytest.mark.slow
-def test_a_run_that_fails_to_start_is_reported_and_the_others_go_on(home, tmp_path, monkeypatch):
+def test_a_run_that_fails_to_start_is_reported_and_the_others_go_on(home, quick_timing, tmp_path, monkeypatch):
     from ksearch.errors import ConfigError
     from ksearch.run.session import Session
 
