@@ -113,17 +113,24 @@ def test_sigkill_during_evaluation_then_resume(env, tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_cleanly(env, tmp_path):
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_stops_cleanly(sig, code, env, tmp_path):
+    """Ctrl-C, and SIGTERM (``kill``, ``timeout``, a container stopping) the same way: the run marked interrupted,
+    the resume line, no traceback; exit 130 or 143 (128 + the signal); the run resumes to its end."""
     proc = subprocess.Popen(command(*ARGS), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,  # SIGINT at its default, as from a terminal
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    wait_for_evaluations(tmp_path / "home" / "runs", 1)
-    proc.send_signal(signal.SIGINT)
+    db = wait_for_evaluations(tmp_path / "home" / "runs", 1)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    assert "ksearch resume" in err and "Traceback" not in err
+    assert proc.returncode == code, err
+    assert "interrupted after" in err and "ksearch resume" in err and "Traceback" not in err
     listing = json.loads(ksearch("runs", "list", "--json", env=env).stdout)
     assert listing[0]["status"] == "interrupted"
+    if sig == signal.SIGTERM:  # nothing committed was lost: the run goes on to its budget
+        p = quick_ksearch("resume", db.parent.name, "--json", env=env)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)["evaluations"] == 4
 
 
 @pytest.mark.parametrize("message, code", [("Error serializing to JSON: KeyboardInterrupt: ", 130),

@@ -58,11 +58,15 @@ def main() -> None:
     """Entry point: user errors print one readable message and exit 2, never a traceback.
 
     Ctrl-C never reaches here: typer turns KeyboardInterrupt into exit status 130 inside ``app()``, so the
-    commands that have something to say about it (run, resume, eval) catch it themselves.
+    commands that have something to say about it (run, resume, eval, ablate) catch it themselves; SIGTERM raises
+    it too (`ksearch.cli.signals`), and those commands then exit 143.
     """
+    from ksearch.cli import signals
+
     try:
         try:
-            app()
+            with signals.sigterm_interrupts():  # SIGTERM stops a command as Ctrl-C does (exit 143)
+                app()
         except OSError as e:  # a full disk, a quota, permissions, a read-only home: one line, never a traceback
             from ksearch.errors import StoreWriteError, storage_failure
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
+from ksearch.cli import signals
 from ksearch.cli.options import TIME_LIMIT_HELP, llm_settings, positive_seconds, refuse, targets_help
 from ksearch.errors import SearchError
 from ksearch.llm.settings import infer_backend
@@ -181,5 +182,5 @@ def run_runs(ab: ablate.Ablation, jobs: int, time_limit: float | None, again: st
         ablate.run_all(ab, todo, jobs, on_event, time_limit)
     except KeyboardInterrupt:
         err.print(f"\ninterrupted; what the runs committed is kept: continue with [bold]{again}[/]")
-        raise typer.Exit(130) from None
+        raise typer.Exit(signals.interrupt_status()) from None
     return todo

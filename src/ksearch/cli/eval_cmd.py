@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from ksearch.cli import signals
 from ksearch.cli.options import TASK_HELP, WORKLOADS_FILE_HELP, positive_seconds, workloads_args
 from ksearch.errors import TargetError, TaskError
 from ksearch.eval.evaluator import EvalConfig, Evaluator
@@ -102,7 +103,7 @@ def eval_command(
             result = ev_.evaluate(candidate, names, references=refs)
     except KeyboardInterrupt:
         console.print("interrupted: the evaluation was stopped and its worker killed; nothing was saved")
-        raise typer.Exit(130) from None
+        raise typer.Exit(signals.interrupt_status()) from None
     if as_json:
         typer.echo(json.dumps(evaluation_json(result, hardware), indent=2))
     else:

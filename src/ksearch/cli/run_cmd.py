@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ksearch.cli import signals
 from ksearch.cli.options import (EXECUTOR_HELP, RAY_ADDRESS_HELP, STRATEGY_HELP, TASK_HELP, TIME_LIMIT_HELP,
                                  WORKERS_HELP, WORKLOADS_FILE_HELP, executor_settings, llm_settings, positive_seconds,
                                  refuse, strategy_kind, targets_help, workloads_args)
@@ -104,7 +105,7 @@ def _drive(session: Session, as_json: bool, time_limit_s: float | None = None) -
             session.store.set_status("interrupted")
             err.print(f"\ninterrupted after {c.evaluations} evaluations; continue with "
                       f"[bold]ksearch resume {session.run_id}[/]")
-            raise typer.Exit(130) from None
+            raise typer.Exit(signals.interrupt_status()) from None
         except LLMError as e:  # a limit, an endpoint that stayed down, or one that refused (a key, a model name)
             bar.stop()
             session.store.set_status("stopped")
