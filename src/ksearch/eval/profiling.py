@@ -101,6 +101,7 @@ def _profiled_call(judge: Evaluator, profiler: RunProfiler, candidate: Candidate
             raise WorkerTimeout(f"no answer within {timeout_s:g} s")
         return rest
 
+    stage = "starting the worker and loading the kernel"
     worker = judge.start_worker(scratch, artifact, 1, module=PROFILED_WORKER_MODULE)
     try:
         evict = judge.evict_library()
@@ -112,14 +113,18 @@ def _profiled_call(judge: Evaluator, profiler: RunProfiler, candidate: Candidate
         seeds = judge.config.seeds
         inputs, in_dir = judge.inputs(wl, seeds[0] if seeds else judge.timing_seed(0))
         args, _ = judge.write_args(inputs, in_dir, judge.definition.axis_values(wl), scratch)
+        stage = "in the profiled call"
         reply = worker.request(CallRequest(args=args), left())
         if isinstance(reply, ErrorReply):
             return f"the profiled call failed under {profiler.tool}: {reply.error}"
         if worker.proc.stdin is not None:  # the worker's loop ends; the profiler writes its report as it exits
             worker.proc.stdin.close()
+        stage = "after the call, before it exited (its report is written then)"
         worker.proc.wait(timeout=left())
     except (WorkerTimeout, subprocess.TimeoutExpired):
-        return f"{profiler.tool} did not finish within {timeout_s:g} s (stopped)"
+        # where it was stopped: a profiler that hangs after the call and one too slow (a busy machine) to load
+        # the kernel read alike without it
+        return f"{profiler.tool} did not finish within {timeout_s:g} s (stopped {stage})"
     except (WorkerDied, ProtocolViolation) as e:
         tail = worker.stderr_tail(400)
         return f"the worker failed under {profiler.tool}: {e}" + (f"; its stderr: {tail}" if tail else "")
