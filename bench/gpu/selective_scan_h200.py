@@ -53,9 +53,11 @@ CUDA_PATHS = [
     # warp-chunks: items, warps, states in flight, B/C tiles, the lane's aggregate decay, loads, NVRTC flags.
     # "n81" is the budget-40 search's best (2026-11-30: scalar loads, --use_fast_math); smem-f32 and sum are the
     # pack's moves added for issue 26 (tiles converted to float once per block; one exp2 of the dt sum per lane).
-    (f"warp-chunks {ni}i {nw}w {su}u {bc}{' sum' if ld == 'sum' else ''}{' vec' if lo == 'vector' else ''}"
+    (f"warp-chunks {ni}i {nw}w {su}u {bc}{' sum' if ld == 'sum' else ''}{' tr' if ld == 'transpose' else ''}"
+     f"{' vec' if lo == 'vector' else ''}"
      f"{' ff' if cf == 'fast-math' else ''}{f' r{mb}' if mb else ''}",
-     {"family": "warp-chunks", **FAST, "bc_tiles": bc, "lane_decay": ld, "loads": lo, "compile_flags": cf},
+     {"family": "warp-chunks", **FAST, "bc_tiles": bc, "lane_decay": "sum" if ld == "transpose" else ld,
+      "chunk_scan": "transpose" if ld == "transpose" else "shuffle", "loads": lo, "compile_flags": cf},
      {"items_per_thread": ni, "warps": nw, "state_unroll": su, "reg_cap": mb})
     for ni, nw, su, bc, ld, lo, cf, mb in [
         (8, 8, 2, "smem", "product", "scalar", "fast-math", 0),        # n81
@@ -69,6 +71,15 @@ CUDA_PATHS = [
         (16, 8, 1, "smem-f32", "sum", "scalar", "fast-math", 0),
         (4, 8, 2, "smem-f32", "sum", "scalar", "fast-math", 0),
         (4, 8, 4, "smem-f32", "sum", "scalar", "fast-math", 0),
+        # chunk_scan=transpose (the chunk's scan through shared memory, all states at once)
+        (8, 8, 1, "smem", "transpose", "scalar", "fast-math", 0),
+        (8, 8, 2, "smem", "transpose", "scalar", "fast-math", 0),
+        (8, 4, 2, "smem", "transpose", "vector", "fast-math", 0),
+        (8, 8, 2, "smem-f32", "transpose", "scalar", "fast-math", 0),
+        (8, 8, 4, "smem-f32", "transpose", "scalar", "fast-math", 0),
+        (16, 8, 1, "smem", "transpose", "scalar", "fast-math", 0),
+        (4, 8, 4, "smem", "transpose", "scalar", "fast-math", 0),
+        (4, 8, 2, "smem", "transpose", "scalar", "fast-math", 0),
     ]
 ]
 TRITON_PATHS = [
