@@ -93,3 +93,18 @@ def test_verdicts_of_hand_made_intervals():
     assert PairedStats(1.3, 0.9, 1.5, 10, 0.99).verdict() == "tie"
     assert PairedStats(0.7, 0.5, 0.9, 10, 0.99).verdict() == "slower"
     assert PairedStats(0.995, 0.99, 0.999, 10, 0.99).verdict(min_effect=0.01) == "tie"
+
+
+def test_two_calls_a_round_only_while_the_input_sets_leave_enough_rounds_for_a_verdict():
+    """A busy machine's two calls a round take two input sets each: never so many that the cap of sets leaves
+    fewer rounds than an interval needs (11 at 99.9%), which would leave every comparison without a verdict."""
+    from ksearch.eval.timing import calls_per_round, decision_rounds
+    from ksearch.protocol import TimingPlan
+
+    plan = TimingPlan()
+    least = decision_rounds(plan)
+    assert least == 11
+    assert calls_per_round(2, 50, plan) == 2 and calls_per_round(2, 2 * least, plan) == 2
+    assert calls_per_round(2, 2 * least - 1, plan) == 1  # 21 sets: 21 rounds of one call, not 10 of two
+    assert calls_per_round(2, 5, plan) == 1 and calls_per_round(1, 50, plan) == 1
+    assert calls_per_round(3, 2 * least, plan) == 2

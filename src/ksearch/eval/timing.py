@@ -258,6 +258,17 @@ def decision_rounds(plan: TimingPlan) -> int:
     return max(plan.min_rounds, min_rounds_for(plan.confidence))
 
 
+def calls_per_round(calls: int, cap: int, plan: TimingPlan) -> int:
+    """Calls of each kernel a round, at most ``calls``: each takes an input set of the ``cap``, and more than one a
+    round (a busy machine) only while the rounds left are still enough for an interval (`decision_rounds`, or
+    ``cap`` where it is fewer): 20 sets as 10 rounds of two calls gave an honest kernel a ratio without a verdict
+    ("10 rounds: too few for an interval") under load."""
+    k = max(1, calls)
+    while k > 1 and cap // k < min(cap, decision_rounds(plan)):
+        k -= 1
+    return k
+
+
 #: a call shorter than this many empty round trips is below what the controller's clock resolves
 RESOLVE_ROUND_TRIPS = 10
 #: device-timed calls shorter than this (ms) decide no combined verdict: on the H200 two workers' copies of one
@@ -350,7 +361,8 @@ class RoundTimer:
             so the inputs and reference outputs are made once per run).
         calls: calls of each kernel per round, each on its own input set, in a random order with the others'; the
             round's time of a kernel is its fastest call (on a busy machine, 2: a delay from another process then
-            spoils a round only when it hits both calls).
+            spoils a round only when it hits both calls); fewer where the input sets (`run`'s cap) would leave
+            fewer rounds than a paired decision needs.
     """
 
     def __init__(self, judge: "Evaluator", wl: "Workload", axes: dict[str, int], contenders: list[Contender],
@@ -511,7 +523,7 @@ class RoundTimer:
         if self.cand.failure:
             res.status, res.message = self.cand.failure
             return
-        k = self.calls
+        k = calls_per_round(self.calls, cap, self.plan)
         while True:
             r = len(self.cand.times_ms)
             self.cpu = self.rng.choice(self.cpu_list) if len(self.cpu_list) > 1 else None
