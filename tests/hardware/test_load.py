@@ -32,6 +32,25 @@ def _window(pids, sessions=()):
     return reading, (cpu_ticks(pids) - before) / TICK / reading.window_s
 
 
+#: windows a test takes, at most, for its loops to get the CPU it needs
+TRIES = 5
+
+
+def _loaded_window(pids, least: float, sessions=()):
+    """The first of up to TRIES `_window`s in which `pids` ran more than ``least`` cores; the test is skipped,
+    with the cores they got, when none does: on a machine busy enough (a load average of 9-12 on 2 cores) the loops
+    got 0.19 cores, and nothing about the meter can be told from loops that barely ran. Only the precondition picks
+    the window: what is asserted of the reading is asserted of that window, whatever it shows."""
+    got = []
+    for _ in range(TRIES):
+        reading, theirs = _window(pids, sessions)
+        if theirs > least:
+            return reading, theirs
+        got.append(round(theirs, 2))
+    pytest.skip(f"the loops ran {got} cores in {TRIES} windows of {WINDOW_S} s (load average "
+                f"{os.getloadavg()[0]:.1f}), never more than {least}: too little to test the meter with")
+
+
 def test_busy_ticks_sums_busy_fields_of_the_usable_cpus():
     text = ("cpu  100 5 20 999 7 1 2 3 50 0\n"
             "cpu0 60 5 10 500 3 1 1 2 50 0\n"
@@ -81,8 +100,7 @@ def test_tree_ticks_finds_descendants_and_session_members(tmp_path, children):
 @linux
 def test_detached_loops_on_every_core_count_as_others():
     with detached_loops() as pids:
-        reading, theirs = _window(pids)
-    assert theirs > 0.6, f"the loops ran {theirs:.2f} cores, too little to test with"
+        reading, theirs = _loaded_window(pids, 0.6)
     assert reading.busy_cores >= 0.85 * theirs - 0.1, (reading, theirs)
     assert reading.ours_cores < 0.2, reading
     assert reading.busy
@@ -91,8 +109,7 @@ def test_detached_loops_on_every_core_count_as_others():
 @linux
 def test_our_busy_children_and_grandchild_are_not_others():
     with own_loops() as pids:
-        reading, theirs = _window(pids)
-    assert theirs > 0.3, f"the loops ran {theirs:.2f} cores, too little to test with"
+        reading, theirs = _loaded_window(pids, 0.3)
     assert reading.ours_cores >= 0.9 * theirs - 0.1, (reading, theirs)
     # what is left for others is at most what the machine did besides our loops
     assert reading.busy_cores <= reading.machine_busy_cores - 0.9 * theirs + 0.1, (reading, theirs)
@@ -112,12 +129,11 @@ def test_a_child_reaped_within_the_window_stays_ours():
 @linux
 def test_excluded_sessions_count_as_ours():
     with detached_loops(1) as pids:
-        counted, theirs = _window(pids, sessions=pids)  # each loop leads its own session
+        counted, theirs = _loaded_window(pids, 0.3, sessions=pids)  # each loop leads its own session
         # > 0.3 as above: on a loaded machine (pytest --under-load) one loop got 0.50 cores; what is checked is
         # relative to what it ran
-        assert theirs > 0.3, f"the loop ran {theirs:.2f} cores, too little to test with"
         assert counted.ours_cores >= 0.85 * theirs - 0.1, (counted, theirs)
-        plain, theirs = _window(pids)
+        plain, theirs = _loaded_window(pids, 0.3)
         assert plain.ours_cores < 0.2 and plain.busy_cores >= 0.85 * theirs - 0.1, (plain, theirs)
 
 
