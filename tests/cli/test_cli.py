@@ -2,6 +2,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from ksearch.cli import app
@@ -386,3 +387,21 @@ def test_eval_runs_the_naive_kernel_only_beside_the_candidate(tmp_path, monkeypa
     k.write_text(kernels.WRONG)
     runner.invoke(app, ["eval", "selective-scan", str(k), "-w", "tiny"])
     assert calls == [({"k.c": kernels.WRONG}, ["naive"])]
+
+
+@pytest.mark.parametrize("command", [["run", "selective-scan", "--target", "null", "--budget", "1"],
+                                     ["eval", "selective-scan", "KERNEL", "--target", "null"],
+                                     ["compare", "selective-scan", "--target", "null", "--budget", "1"],
+                                     ["ablate", "selective-scan", "--target", "null", "--budget", "1"]],
+                         ids=["run", "eval", "compare", "ablate"])
+@pytest.mark.parametrize("value", ["", ",", " , "])
+def test_an_empty_workload_list_is_refused_not_read_as_all(command, value, tmp_path, capsys, monkeypatch):
+    """``-w "$NAMES"`` with an empty variable: one error line and exit 2 before anything starts (it used to run
+    every workload, the long ones included), and no run directory left behind."""
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text("def run(*args):\n    pass\n")
+    args = [str(kernel) if a == "KERNEL" else a for a in command] + ["-w", value]
+    code, _, err = ksearch_main(args, capsys, monkeypatch, {"KSEARCH_HOME": str(tmp_path / "home")})
+    assert code == 2, err
+    assert "names no workload" in err and "Traceback" not in err
+    assert not (tmp_path / "home" / "runs").exists() or not any((tmp_path / "home" / "runs").iterdir())

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from ksearch.cli import signals
-from ksearch.cli.options import TIME_LIMIT_HELP, llm_settings, positive_seconds, refuse, targets_help
+from ksearch.cli.options import TIME_LIMIT_HELP, llm_settings, positive_seconds, refuse, targets_help, workload_names
 from ksearch.errors import SearchError
 from ksearch.llm.settings import infer_backend
 from ksearch.report.ablation import ablation_table, caption
@@ -24,10 +24,10 @@ from ksearch.tasks import builtin_names, load_task
 err = wide_console(stderr=True)
 
 
-def _config(task: str, target: str, budget: int, seed: int, timeout: float, workloads: str, stagnation: int,
+def _config(task: str, target: str, budget: int, seed: int, timeout: float, workloads: str | None, stagnation: int,
             **llm) -> RunConfig:
     """The llm runs' shared configuration, as `ksearch run` builds it from the same options."""
-    names = [n.strip() for n in workloads.split(",") if n.strip()] or None
+    names = workload_names(workloads)
     if llm["command"] and llm["queue_dir"]:
         refuse("--command and --queue-dir are two backends (command, queue): give one")
     backend = llm.pop("backend")
@@ -58,7 +58,8 @@ def ablate_command(
     offline: bool = typer.Option(False, "--offline", help="Also one run with the offline patterns proposer."),
     budget: int = typer.Option(10, min=1, help="Candidate evaluations per run."),
     target: str = typer.Option("cpu", help=f"Where kernels run: {targets_help()}."),
-    workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all)."),
+    workloads: str | None = typer.Option(None, "--workloads", "-w",
+                                         help="Comma-separated workload names (default: all)."),
     seed: int = typer.Option(0, help="Seed of every run (strategy tie breaks, correctness inputs)."),
     timeout: float = typer.Option(60.0, help="Seconds one kernel call may take before it is killed.",
                                   callback=positive_seconds),

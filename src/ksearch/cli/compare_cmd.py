@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from ksearch.cli.ablate_cmd import err, run_runs, unfinished_exit
-from ksearch.cli.options import TIME_LIMIT_HELP, positive_seconds, refuse, targets_help
+from ksearch.cli.options import TIME_LIMIT_HELP, positive_seconds, refuse, targets_help, workload_names
 from ksearch.errors import SearchError
 from ksearch.report.compare import compare_table, curve_table
 from ksearch.report.tables import wide_console
@@ -29,7 +29,8 @@ def compare_command(
     budget: int = typer.Option(40, min=1, help="Candidate evaluations per run."),
     repeats: int = typer.Option(3, min=1, help="Runs per strategy; repeat r has seed SEED + r - 1."),
     target: str = typer.Option("cpu", help=f"Where kernels run: {targets_help()}."),
-    workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all)."),
+    workloads: str | None = typer.Option(None, "--workloads", "-w",
+                                         help="Comma-separated workload names (default: all)."),
     seed: int = typer.Option(0, help="Seed of the first repeat (strategy draws, correctness inputs)."),
     timeout: float = typer.Option(60.0, help="Seconds one kernel call may take before it is killed.",
                                   callback=positive_seconds),
@@ -59,7 +60,7 @@ def compare_command(
             kinds = compare.parse_strategies(strategies)
         except SearchError as e:
             refuse(str(e))
-        names = [n.strip() for n in workloads.split(",") if n.strip()] or None
+        names = workload_names(workloads)
         load_task(task).select(names)  # a bad task or workload now, not in every run
         path = task if task in builtin_names() else str(Path(task).resolve())
         cfg = RunConfig(task=path, target=resolve_target(target), budget=budget, seed=seed, proposer="patterns",

@@ -33,8 +33,9 @@ def eval_command(
                                   "and launch plan as they are), or a directory holding one (a run's best/ or the "
                                   "run directory itself: the kernel the run judged)."),
     target: str = typer.Option("cpu", help=f"Target that compiles and runs the kernel: {targets_help()}."),
-    workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all), "
-                                  "or a workloads file (as --workloads-file)."),
+    workloads: str | None = typer.Option(None, "--workloads", "-w",
+                                         help="Comma-separated workload names (default: all), "
+                                              "or a workloads file (as --workloads-file)."),
     workloads_file: str = typer.Option("", "--workloads-file", help=WORKLOADS_FILE_HELP),
     seeds: int = typer.Option(3, min=1, help="Correctness checks per workload, each on fresh random inputs."),
     seed: int | None = typer.Option(None, min=0, help="Base seed for the inputs (default: fresh random)."),

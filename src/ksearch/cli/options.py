@@ -36,14 +36,26 @@ WORKLOADS_FILE_HELP = ("A workloads file (JSONL: one Workload, or flashinfer-ben
                        "line) replacing the task's own workloads.")
 
 
-def workloads_args(names: str, file: str) -> tuple[list[str] | None, str | None]:
+def workload_names(value: str | None) -> list[str] | None:
+    """``-w/--workloads NAMES`` as a list; None when the flag was not given (every workload). A value that names
+    none (``-w ''``, ``-w ,``: a script's empty variable, most likely) is refused, not read as "all"."""
+    if value is None:
+        return None
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if not names:
+        refuse(f"-w/--workloads {value!r} names no workload: give names (comma-separated), or leave the flag out "
+               "for all of them")
+    return names
+
+
+def workloads_args(names: str | None, file: str) -> tuple[list[str] | None, str | None]:
     """(workload names, workloads file) from ``-w/--workloads`` and ``--workloads-file``: a ``--workloads`` value
     that is an existing file is taken as the workloads file (``--workloads FILE.jsonl``)."""
     from pathlib import Path
 
     if names and not file and Path(names).is_file():
         return None, names
-    return [n.strip() for n in names.split(",") if n.strip()] or None, file or None
+    return workload_names(names), file or None
 
 
 def refuse(message: str) -> NoReturn:

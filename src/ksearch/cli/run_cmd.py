@@ -259,8 +259,9 @@ def run_command(
                                           "--command or --queue-dir)."),
     timeout: float = typer.Option(60.0, help="Seconds one kernel call may take before it is killed.",
                                   callback=positive_seconds),
-    workloads: str = typer.Option("", "--workloads", "-w", help="Comma-separated workload names (default: all), "
-                                  "or a workloads file (as --workloads-file)."),
+    workloads: str | None = typer.Option(None, "--workloads", "-w",
+                                         help="Comma-separated workload names (default: all), "
+                                              "or a workloads file (as --workloads-file)."),
     workloads_file: str = typer.Option("", "--workloads-file", help=WORKLOADS_FILE_HELP),
     time_limit: float | None = typer.Option(None, "--time-limit", min=1.0, help=TIME_LIMIT_HELP),
     stagnation: int = typer.Option(5, min=1, help="Evaluations without a new best before backing off to "
