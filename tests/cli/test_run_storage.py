@@ -3,7 +3,6 @@ this test mounts, where the machine lets it) stops a run with one line and exit 
 that cannot start leaves no directory behind; a read-only home still lists and shows its runs; a bad `final` row
 does not break `show`. Runs on the null target with a hand-made spec and quick timing (tests.targets.test_null)."""
 
-import functools
 import json
 import shutil
 import sqlite3
@@ -15,7 +14,7 @@ from typer.testing import CliRunner
 
 from ksearch.cli import app
 from ksearch.store.db import Store
-from tests.targets.test_null import NULL, QUICK, SPEC
+from tests.targets.test_null import NULL, SPEC
 
 runner = CliRunner()
 RUN = ["run", "selective-scan", "--target", "null", "-w", "tiny"]
@@ -23,10 +22,9 @@ RUN = ["run", "selective-scan", "--target", "null", "-w", "tiny"]
 
 @pytest.fixture
 def quick(monkeypatch):
-    import ksearch.cli.run_cmd as run_cmd
-    from ksearch.run.controller import RunConfig
+    from tests.quick_ksearch import use_quick_timing
 
-    monkeypatch.setattr(run_cmd, "RunConfig", functools.partial(RunConfig, checks=1, timing=QUICK))
+    use_quick_timing(monkeypatch.setattr, checks=1)
     monkeypatch.setattr(type(NULL), "hardware_spec", lambda self: SPEC)
 
 

@@ -3,19 +3,13 @@ with the quick plan and fewer clock-calibration pings that tests/report/test_htm
 so that a 10-evaluation search and its final table cost seconds, not the default plan's minimums for big workloads.
 Every correctness check and every paired round of the judge still runs."""
 
-import functools
-
 import pytest
+
+from tests.quick_ksearch import use_quick_timing
 
 
 @pytest.fixture(autouse=True)
 def quick_timing(monkeypatch):
     """`ksearch run` builds its RunConfig with the quick TimingPlan (`tests.targets.test_null.QUICK`; a resumed run
     keeps the plan it stored); each worker's clock calibrated with 4 pings, not 24."""
-    import ksearch.cli.run_cmd as run_cmd
-    from ksearch.eval import timing
-    from ksearch.run.controller import RunConfig
-    from tests.targets.test_null import QUICK
-
-    monkeypatch.setattr(run_cmd, "RunConfig", functools.partial(RunConfig, timing=QUICK))
-    monkeypatch.setattr(timing, "PINGS", 4)
+    use_quick_timing(monkeypatch.setattr)

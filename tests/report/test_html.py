@@ -8,7 +8,6 @@ browser, one page load per report.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import shutil
@@ -92,17 +91,14 @@ def _small_run(home: Path, args: list[str]) -> str:
     """A real `ksearch run` on the null target, made cheap as tests/targets/test_null.py makes it: one check,
     quick timing, a hand-made hardware spec (no probes), fewer pings calibrating the clock. Returns the run's
     directory."""
-    import ksearch.cli.run_cmd as run_cmd
-    from ksearch.eval import timing
-    from ksearch.run.controller import RunConfig
-    from tests.targets.test_null import NULL, QUICK, SPEC
+    from tests.quick_ksearch import use_quick_timing
+    from tests.targets.test_null import NULL, SPEC
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KSEARCH_HOME", str(home))
         mp.setenv("KSEARCH_BUSY_WAIT_S", "0")
-        mp.setattr(run_cmd, "RunConfig", functools.partial(RunConfig, checks=1, timing=QUICK))
+        use_quick_timing(mp.setattr, checks=1)  # and 4 clock pings a worker, not 24 (seconds on a busy machine)
         mp.setattr(type(NULL), "hardware_spec", lambda self: SPEC)
-        mp.setattr(timing, "PINGS", 4)  # the clock's calibration per worker: 24 round trips, seconds on a busy machine
         r = runner.invoke(app, ["run", "selective-scan", "--target", "null", "-w", "tiny", "--json", *args])
     assert r.exit_code == 0, r.output
     return str(home / "runs" / json.loads(r.output[r.output.index("{"):])["run_id"])

@@ -3,7 +3,6 @@ target, answered by the scripted model stand-in of tests/e2e, at budget 1 on the
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import signal
@@ -48,12 +47,9 @@ def quick_timing(monkeypatch):
     run's config: ablate's runs are built by ablate_cmd), each worker's clock calibrated with 4 pings, not 24 (as
     tests/e2e does): these tests are about the runs, their configs and the table's plumbing, not the figures (the
     default plan's minimum time per kernel and repeats were about a third of each test)."""
-    import ksearch.cli.ablate_cmd as ablate_cmd
-    from ksearch.eval import timing
-    from tests.targets.test_null import QUICK
+    from tests.quick_ksearch import use_quick_timing
 
-    monkeypatch.setattr(ablate_cmd, "RunConfig", functools.partial(RunConfig, timing=QUICK))
-    monkeypatch.setattr(timing, "PINGS", 4)
+    use_quick_timing(monkeypatch.setattr)
 
 
 def _command(tmp_path) -> list[str]:

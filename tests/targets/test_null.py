@@ -144,12 +144,11 @@ def test_ksearch_eval_judges_a_kernel_file_on_the_null_target(tmp_path, monkeypa
 
 def test_ksearch_run_searches_on_the_null_target_end_to_end(tmp_path, monkeypatch):
     """The offline proposer's pack, the judge, the store and the final stage (hidden workloads included)."""
-    import ksearch.cli.run_cmd as run_cmd
-    from ksearch.run.controller import RunConfig
+    from tests.quick_ksearch import use_quick_timing
 
     monkeypatch.setenv("KSEARCH_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("KSEARCH_BUSY_WAIT_S", "0")
-    monkeypatch.setattr(run_cmd, "RunConfig", functools.partial(RunConfig, checks=1, timing=QUICK))
+    use_quick_timing(monkeypatch.setattr, checks=1)
     monkeypatch.setattr(type(NULL), "hardware_spec", lambda self: SPEC)
     r = runner.invoke(app, ["run", "selective-scan", "--target", "null", "-w", "tiny", "--budget", "3", "--json"])
     assert r.exit_code == 0, r.output
