@@ -43,6 +43,9 @@ sys.path.insert(0, str(ROOT / "src"))
 TASK = "selective-scan-fp16"
 FAST = {"exp": "ex2-approx", "transcendentals": "intrinsics", "loads": "vector"}
 #: (label, choices, knobs): the cuda pack paths worth timing (mamba_ssm uses 32x4 .. 128x16 threads x items).
+#: the chunk's scan in CUDA_PATHS: label suffix, pack choices
+SCAN = {"product": ("", {"lane_decay": "product"}), "sum": (" sum", {"lane_decay": "sum"}),
+        "transpose": (" tr", {"chunk_scan": "transpose"})}
 CUDA_PATHS = [
     ("naive", {"family": "naive", "exp": "ex2-approx", "transcendentals": "intrinsics"}, {}),
     ("block-scan 128x8", {"family": "block-scan", **FAST}, {"threads": 128, "items_per_thread": 8}),
@@ -50,16 +53,15 @@ CUDA_PATHS = [
     ("warp-lanes 8x4w", {"family": "warp-lanes", **FAST}, {"lanes": 8, "warps": 4}),
     ("warp-lanes 16x4w", {"family": "warp-lanes", **FAST}, {"lanes": 16, "warps": 4}),
 ] + [
-    # warp-chunks: items, warps, states in flight, B/C tiles, the lane's aggregate decay, loads, NVRTC flags.
-    # "n81" is the budget-40 search's best (2026-11-30: scalar loads, --use_fast_math); smem-f32 and sum are the
-    # pack's moves added for issue 26 (tiles converted to float once per block; one exp2 of the dt sum per lane).
-    (f"warp-chunks {ni}i {nw}w {su}u {bc}{' sum' if ld == 'sum' else ''}{' tr' if ld == 'transpose' else ''}"
-     f"{' vec' if lo == 'vector' else ''}"
+    # warp-chunks: items, warps, states in flight, B/C tiles, the chunk's scan (SCAN), loads, NVRTC flags, register
+    # cap. "n81" is the budget-40 search's best (2026-11-30: scalar loads, --use_fast_math); smem-f32, sum and
+    # transpose are the pack's moves added for issue 26 (tiles converted to float once per block; one exp2 of the dt
+    # sum per lane; all states' chunk scan through shared memory, which always takes the dt sum).
+    (f"warp-chunks {ni}i {nw}w {su}u {bc}{SCAN[sc][0]}{' vec' if lo == 'vector' else ''}"
      f"{' ff' if cf == 'fast-math' else ''}{f' r{mb}' if mb else ''}",
-     {"family": "warp-chunks", **FAST, "bc_tiles": bc, "lane_decay": "sum" if ld == "transpose" else ld,
-      "chunk_scan": "transpose" if ld == "transpose" else "shuffle", "loads": lo, "compile_flags": cf},
+     {"family": "warp-chunks", **FAST, "bc_tiles": bc, **SCAN[sc][1], "loads": lo, "compile_flags": cf},
      {"items_per_thread": ni, "warps": nw, "state_unroll": su, "reg_cap": mb})
-    for ni, nw, su, bc, ld, lo, cf, mb in [
+    for ni, nw, su, bc, sc, lo, cf, mb in [
         (8, 8, 2, "smem", "product", "scalar", "fast-math", 0),        # n81
         (8, 4, 2, "smem", "product", "vector", "default", 0),          # the hand-set batch-8 path
         (8, 8, 2, "smem", "sum", "scalar", "fast-math", 0),
