@@ -15,6 +15,17 @@ def pytest_addoption(parser):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _no_busy_wait():
+    """The judge times without waiting for a quiet machine for the whole session, module- and session-scoped
+    fixtures included: they are built before any function-scoped fixture (`_isolated_home` sets the same per
+    test), so a module's Evaluator took the default wait (30 s an evaluation) and, under the suite's own load,
+    spent it (test_evaluator's first test: 62 s, 2.6 s alone). A test that is about waiting sets its own value."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KSEARCH_BUSY_WAIT_S", "0")
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _session_load(request):
     """With ``--under-load``: a busy loop on every usable CPU for the whole session (`detached_loops`); under
     pytest-xdist, started by the first worker only (one loop a CPU in all, not one a CPU per worker)."""
