@@ -541,6 +541,8 @@ def build_impls(task: str, t, args, candidates: list, workdir: Path, flex_cache:
     for ctask, path in candidates:
         if ctask == task:
             impls.append(candidate_impl(task, path, workdir, kdt))
+    if args.no_naive:
+        return impls
     if "cuda" in t.naive_sources and "cuda" in t.naive_launch:
         impls.append(cuda_kernel_impl("naive cuda", task, t.naive_sources["cuda"], t.naive_launch["cuda"], [], kdt))
     if "triton" in t.naive_sources:
@@ -863,6 +865,9 @@ def main(argv=None) -> int:
                                     "kernels always run in their task's dtype)")
     ap.add_argument("--candidate", action="append", default=[],
                     help="TASK:PATH or PATH of a run's best/candidate.json (cuda or triton target; repeatable)")
+    ap.add_argument("--no-naive", action="store_true",
+                    help="leave out the tasks' naive cuda and triton kernels (the naive cuda prefill takes seconds a "
+                         "call at L 16k)")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--tiny", action="store_true", help="tiny bench shapes and two check workloads per task")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit 0")
