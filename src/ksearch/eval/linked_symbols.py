@@ -40,6 +40,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ksearch import yamlio
 from ksearch.errors import TargetError
 
 RULES_DIR = Path(__file__).parent / "static_rules"
@@ -135,7 +136,7 @@ def policy_for(target: str) -> SymbolPolicy | None:
     if not path.is_file():
         return None
     try:
-        return SymbolPolicy.model_validate(yaml.safe_load(path.read_text()) or {})
+        return SymbolPolicy.model_validate(yamlio.safe_load(path.read_text()) or {})
     except (yaml.YAMLError, ValidationError) as e:
         raise TargetError(f"symbol policy {path} is malformed: {e}") from None
 

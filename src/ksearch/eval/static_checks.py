@@ -52,6 +52,7 @@ from typing import Callable, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
+from ksearch import yamlio
 from ksearch.errors import KsearchError, TargetError
 from ksearch.eval import c_scan
 from ksearch.eval.c_scan import defined_functions, file_scope_blocks, strip_c  # noqa: F401 - used from here too
@@ -205,7 +206,7 @@ def _rule_file(target: str) -> tuple[tuple[Rule, ...], dict[str, Limit]]:
     if not path.is_file():
         return (), {}
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yamlio.safe_load(path.read_text()) or {}
         # ``include: other``: the rules and limits of other.yaml first, then this file's (mlx-metal: metal's)
         base_rules, base_limits = _rule_file(data["include"]) if data.get("include") else ((), {})
         # values from the hardware catalog's limits() of the entry each limit names (the target's reference
@@ -235,7 +236,7 @@ def vector3_padded(family: str) -> bool:
     if not family or not path.is_file():
         return False
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yamlio.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise TargetError(f"static rules {path} are malformed: {e}") from None
     if "vector3_padded" in data:

@@ -22,6 +22,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ksearch import yamlio
 from ksearch.errors import HardwareError
 from ksearch.hardware.spec import CacheLevel, HardwareSpec
 
@@ -169,7 +170,7 @@ def normalize(name: str) -> str:
 
 def _load_file(path: Path) -> list[CatalogEntry]:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yamlio.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
         raise HardwareError(f"catalog {path.name}: cannot read: {e}") from None
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):

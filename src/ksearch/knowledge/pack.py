@@ -20,6 +20,7 @@ import jinja2
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
+from ksearch import yamlio
 from ksearch.errors import KnowledgeError
 from ksearch.targets.abi_types import C_TYPES
 from ksearch.knowledge.schema import (  # noqa: F401 - re-exported
@@ -292,7 +293,7 @@ class Pack(StrictRecord):
         """The family's launch template rendered with the kernel's context and parsed as YAML (a mapping)."""
         try:
             text = self._environment().get_template(fam.launch).render(ctx)
-            plan = yaml.safe_load(text)
+            plan = yamlio.safe_load(text)
         except (jinja2.TemplateError, yaml.YAMLError) as e:
             raise KnowledgeError(f"pack {self.name!r}: launch template {fam.launch} failed for {path.family} "
                                  f"{path.choices} {path.knobs}: {e}") from None
@@ -346,7 +347,7 @@ def load_pack_file(path: str | Path) -> Pack:
     """
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yamlio.safe_load(path.read_text())
     except OSError as e:
         raise KnowledgeError(f"cannot read knowledge pack {path}: {e}") from None
     except yaml.YAMLError as e:
@@ -386,7 +387,7 @@ def load_pack(task_name: str, target: str, packs_dir: str | Path | None = None) 
     found = []
     for f in sorted(root.glob(f"*/{target}/pack.yaml")):
         try:
-            head = yaml.safe_load(f.read_text()) or {}
+            head = yamlio.safe_load(f.read_text()) or {}
         except (OSError, yaml.YAMLError) as e:
             raise KnowledgeError(f"{f}: cannot read: {e}") from None
         if isinstance(head, dict) and task_name in (head.get("tasks") or []):

@@ -25,6 +25,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ksearch import yamlio
 from ksearch.errors import KnowledgeError, TargetError
 from ksearch.targets import get_target
 
@@ -167,7 +168,7 @@ def load_translation(source: str, target: str) -> TranslationMap:
 
 def load_translation_file(path: Path) -> TranslationMap:
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = yamlio.safe_load(Path(path).read_text())
         return TranslationMap.model_validate(data or {})
     except yaml.YAMLError as e:
         raise KnowledgeError(f"translation map {path}: not valid YAML: {e}") from None

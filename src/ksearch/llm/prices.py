@@ -35,6 +35,7 @@ from pathlib import Path
 
 import yaml
 
+from ksearch import yamlio
 from ksearch.errors import ConfigError
 from ksearch.llm.base import Usage
 
@@ -119,7 +120,7 @@ class Prices:
         Raises:
             ConfigError: the override file is missing, not YAML, or malformed.
         """
-        doc = yaml.safe_load(BUILTIN.read_text())
+        doc = yamlio.safe_load(BUILTIN.read_text())
         table = _parse(doc, "built-in")
         if override_path is not None:
             path = Path(override_path).expanduser()
@@ -128,7 +129,7 @@ class Prices:
             except OSError as e:
                 raise ConfigError(f"price file {path}: cannot be read: {e.strerror}") from None
             try:
-                override = yaml.safe_load(text)
+                override = yamlio.safe_load(text)
             except yaml.YAMLError as e:
                 raise ConfigError(f"price file {path}: not valid YAML: {e}") from None
             table.update(_parse(override, str(path)))

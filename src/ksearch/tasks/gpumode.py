@@ -34,6 +34,7 @@ from pathlib import Path
 
 import yaml
 
+from ksearch import yamlio
 from ksearch.errors import TaskError, TaskTimeout
 from ksearch.tasks.definition import ConstAxis, Definition, TensorSpec, VarAxis, Workload
 from ksearch.tasks.guard import task_code
@@ -118,7 +119,7 @@ def is_gpumode(path: Path) -> bool:
 
 def _read_spec(path: Path) -> dict:
     try:
-        spec = yaml.safe_load((path / "task.yml").read_text())
+        spec = yamlio.safe_load((path / "task.yml").read_text())
     except (OSError, yaml.YAMLError) as e:
         raise TaskError(f"{path}/task.yml does not read: {e}") from None
     if not isinstance(spec, dict):

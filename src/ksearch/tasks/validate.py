@@ -31,6 +31,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from ksearch import yamlio
 from ksearch.errors import TaskError
 
 if TYPE_CHECKING:
@@ -140,7 +141,7 @@ def parse_mapping(text: str, source: str, as_json: bool) -> Any:
     try:
         # libyaml's loader where PyYAML has it: it refuses deep nesting at once, where the Python one recurses
         # until the stack runs out (seconds for a few thousand "[")
-        data = json.loads(text) if as_json else yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = json.loads(text) if as_json else yamlio.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         raise TaskError(f"{source} is not valid {kind}: {' '.join(str(e).split())[:300]}") from None
     except (RecursionError, MemoryError):
