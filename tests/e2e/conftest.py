@@ -1,6 +1,6 @@
 """The e2e runs are about the llm plumbing (backends, faults, token limits), not the judge's timing: their runs time
 with the quick plan and fewer clock-calibration pings that tests/report/test_html.py's runs use (its `_small_run`),
-so that a 10-evaluation search and its final table cost seconds, not the default plan's minimums for big workloads.
+so that a 6-evaluation search and its final table cost seconds, not the default plan's minimums for big workloads.
 Every correctness check and every paired round of the judge still runs."""
 
 import pytest

@@ -97,9 +97,10 @@ def test_sources_compile_for_sm90(packdef, tmp_path):
         return choices, knobs, k, r
 
     paths, seen = [], set()
-    # three sampled knob combinations a family (the renders of all six are checked above); a source that differs only
-    # in its first line (the path comment: a knob the family does not read) compiles once
-    for choices, knobs in _paths(pack, n_sampled=3):
+    # three sampled knob combinations a family (the renders of all six are checked above), one for the fp16 task
+    # (the same templates with another element type: its dtype-specific lines are in every render); a source that
+    # differs only in its first line (the path comment: a knob the family does not read) compiles once
+    for choices, knobs in _paths(pack, n_sampled=3 if definition.inputs["u"].dtype == "float32" else 1):
         k = pack.render(definition, choices, knobs)
         key = (k.sources["kernel.cu"].split("\n", 1)[1], tuple(k.compile_flags))
         if key not in seen:
