@@ -34,6 +34,19 @@ from ksearch.tasks.inputs import numpy_dtype
 _STATIC_SHARED_LIMIT = 48 * 1024
 
 
+def opt_in_dynamic_shared(fn, dynamic_bytes: int) -> None:
+    """Let ``fn`` (a CuPy ``Function``) launch with ``dynamic_bytes`` (int, bytes) of dynamic shared memory: where
+    its static shared memory (``fn.shared_size_bytes``) plus those bytes pass 48 KB, the default a block may use,
+    its ``max_dynamic_shared_size_bytes`` is raised to ``dynamic_bytes`` (cudaFuncAttributeMaxDynamicSharedMemorySize;
+    CUDA C++ Programming Guide, "Shared Memory": blocks above 48 KB must opt in, and the attribute plus the static
+    size may not pass the device's opt-in maximum). Comparing the dynamic bytes alone with 48 KB left a kernel with
+    34 KB static and 32 KB dynamic unable to launch (CUDA_ERROR_INVALID_VALUE: the selective-scan pack's
+    chunk_scan=transpose path on an H100, 2026-12-08)."""
+    static = int(getattr(fn, "shared_size_bytes", 0) or 0)
+    if static + dynamic_bytes > _STATIC_SHARED_LIMIT and fn.max_dynamic_shared_size_bytes < dynamic_bytes:
+        fn.max_dynamic_shared_size_bytes = dynamic_bytes
+
+
 #: NVRTC programs compiled at once in a worker, at most (and at most the CPUs the worker may use). Our choice:
 #: the decode pack's 13 template instances compiled in 2.0 s on the H200 host as 13 programs on 8 threads,
 #: against 4.6 s as one program (bench/results/gpu-attention-h200-20261130-session6.md, section 2)
@@ -205,8 +218,7 @@ class CudaRunner(DeviceClockRunner):
                 self.judge.fill_bytes(temps[name], 0)
         for launch in launches:
             fn = self.functions[launch.kernel]
-            if launch.shared_bytes > _STATIC_SHARED_LIMIT and fn.max_dynamic_shared_size_bytes < launch.shared_bytes:
-                fn.max_dynamic_shared_size_bytes = launch.shared_bytes
+            opt_in_dynamic_shared(fn, launch.shared_bytes)
             args = tuple(self._arg(name, inputs, outputs, temps, axes) for name in launch.args)
             fn(launch.grid, launch.block, args, shared_mem=launch.shared_bytes)
 
