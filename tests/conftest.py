@@ -16,10 +16,11 @@ def pytest_addoption(parser):
 
 @pytest.fixture(scope="session", autouse=True)
 def _no_busy_wait():
-    """The judge times without waiting for a quiet machine for the whole session, module- and session-scoped
-    fixtures included: they are built before any function-scoped fixture (`_isolated_home` sets the same per
-    test), so a module's Evaluator took the default wait (30 s an evaluation) and, under the suite's own load,
-    spent it (test_evaluator's first test: 62 s, 2.6 s alone). A test that is about waiting sets its own value."""
+    """The judge times without waiting for a quiet machine (the load is still recorded) for the whole session,
+    module- and session-scoped fixtures included: set per test, as it was, it came after them (fixtures of a wider
+    scope are built first), so a module's Evaluator took the default wait (30 s an evaluation) and spent it under
+    the suite's own load (test_evaluator's first test: 62 s, 2.6 s alone). A test that is about waiting sets its
+    own value."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KSEARCH_BUSY_WAIT_S", "0")
         yield
@@ -41,17 +42,14 @@ def _session_load(request):
 
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory, monkeypatch):
-    """Every test gets its own KSEARCH_HOME, shared within the session for the hardware spec cache, and a judge
-    that times without waiting for a quiet machine (the load is still recorded)."""
+    """Every test gets its own KSEARCH_HOME, shared within the session for the hardware spec cache (the judge's
+    busy-machine wait is off for the whole session: `_no_busy_wait`)."""
     home = tmp_path_factory.getbasetemp() / "ksearch-home"
     home.mkdir(exist_ok=True)
     if not _SESSION_HOME:
         _SESSION_HOME.append(home)
         _cache_session_spec(home)
     monkeypatch.setenv("KSEARCH_HOME", str(home))
-    # the judge's wait for a quiet machine (up to 30 s an evaluation by default) made the end-to-end searches take
-    # minutes on a shared machine; a test that is about waiting sets its own value
-    monkeypatch.setenv("KSEARCH_BUSY_WAIT_S", "0")
 
 
 def _cache_session_spec(home: Path) -> None:

@@ -96,7 +96,6 @@ def _small_run(home: Path, args: list[str]) -> str:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KSEARCH_HOME", str(home))
-        mp.setenv("KSEARCH_BUSY_WAIT_S", "0")
         use_quick_timing(mp.setattr, checks=1)  # and 4 clock pings a worker, not 24 (seconds on a busy machine)
         mp.setattr(type(NULL), "hardware_spec", lambda self: SPEC)
         r = runner.invoke(app, ["run", "selective-scan", "--target", "null", "-w", "tiny", "--json", *args])
