@@ -352,6 +352,12 @@ def load_pack_file(path: str | Path) -> Pack:
         raise KnowledgeError(f"cannot read knowledge pack {path}: {e}") from None
     except yaml.YAMLError as e:
         raise KnowledgeError(f"{path}: not valid YAML: {e}") from None
+    return _pack_from(path, data)
+
+
+def _pack_from(path: Path, data: Any) -> Pack:
+    """The pack parsed from ``path`` (``data``: its YAML), validated, with its templates loaded; raises
+    KnowledgeError as `load_pack_file` says."""
     if not isinstance(data, dict):
         raise KnowledgeError(f"{path}: expected a mapping at the top, got {type(data).__name__}")
     try:
@@ -384,19 +390,20 @@ def load_pack(task_name: str, target: str, packs_dir: str | Path | None = None) 
         KnowledgeError: no pack (or more than one) applies, or the pack is malformed.
     """
     root = Path(packs_dir) if packs_dir is not None else PACKS_DIR
-    found = []
+    found = []  # (file, its YAML): each pack file is parsed once
     for f in sorted(root.glob(f"*/{target}/pack.yaml")):
         try:
-            head = yamlio.safe_load(f.read_text()) or {}
+            data = yamlio.safe_load(f.read_text()) or {}
         except (OSError, yaml.YAMLError) as e:
             raise KnowledgeError(f"{f}: cannot read: {e}") from None
-        if isinstance(head, dict) and task_name in (head.get("tasks") or []):
-            found.append(f)
+        if isinstance(data, dict) and task_name in (data.get("tasks") or []):
+            found.append((f, data))
     if not found:
         raise KnowledgeError(f"no knowledge pack for task {task_name!r} on target {target!r} under {root}")
     if len(found) > 1:
-        raise KnowledgeError(f"several knowledge packs claim task {task_name!r} on {target!r}: {[str(f) for f in found]}")
-    return load_pack_file(found[0])
+        raise KnowledgeError(f"several knowledge packs claim task {task_name!r} on {target!r}: "
+                             f"{[str(f) for f, _ in found]}")
+    return _pack_from(*found[0])
 
 
 def _unique(ids: list[str], what: str) -> None:
