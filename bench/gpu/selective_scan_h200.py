@@ -73,6 +73,10 @@ CUDA_PATHS = [
         (16, 8, 1, "smem-f32", "sum", "scalar", "fast-math", 0),
         (4, 8, 2, "smem-f32", "sum", "scalar", "fast-math", 0),
         (4, 8, 4, "smem-f32", "sum", "scalar", "fast-math", 0),
+        # the shuffle-scan twins of transpose paths that had none (transpose always takes the dt sum: lane_decay=sum)
+        (16, 8, 1, "smem", "sum", "scalar", "fast-math", 0),
+        (8, 8, 1, "smem", "sum", "scalar", "fast-math", 0),
+        (4, 8, 2, "smem", "sum", "scalar", "fast-math", 0),
         # chunk_scan=transpose (the chunk's scan through shared memory, all states at once)
         (8, 8, 1, "smem", "transpose", "scalar", "fast-math", 0),
         (8, 8, 2, "smem", "transpose", "scalar", "fast-math", 0),
