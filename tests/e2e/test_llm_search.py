@@ -5,8 +5,7 @@ HTTP servers (OpenAI-compatible and Anthropic) add transport faults by request n
 past the client's timeout and a garbled body. The responder adds content faults: prose instead of JSON,
 truncated JSON, an edit on a node that does not exist, a kernel that does not compile. The run must finish
 its 6 evaluations, and every call must be in the run's log with its tokens. (6, not 10: every scripted fault
-falls in the first four evaluations and the first 12 requests; the four more evaluations cost ~40% of these tests'
-CPU and exercised nothing new.)
+falls in the first four evaluations and the first 12 requests; four more evaluations exercised nothing new.)
 """
 
 from __future__ import annotations
