@@ -42,13 +42,14 @@ def pack():
 
 
 def test_moves_cover_both_families_and_every_decision():
-    assert {c["family"] for c, _ in MOVES} == {"naive-heads", "split-kv"}
+    assert {c["family"] for c, _ in MOVES} == {"naive-heads", "split-kv", "mma-split"}
     assert {d for c, _ in MOVES for d in c if d != "family"} == {"split", "pipeline", "loads", "cache_hint", "exp", "combine"}
+    assert {k for c, kn in MOVES if c["family"] == "mma-split" for k in kn} >= {"mma_warps", "tile_keys", "ring"}
 
 
 def test_rendering_is_deterministic(pack):
     d = load_task(TASK).definition
-    for fam in ("naive-heads", "split-kv"):
+    for fam in ("naive-heads", "split-kv", "mma-split"):
         a, b = pack.render(d, {"family": fam}, {}), pack.render(d, {"family": fam}, {})
         assert a.sources == b.sources and a.launch == b.launch and a.content_hash == b.content_hash
 
@@ -80,16 +81,20 @@ def _check_plan(k, plan, d, axes):
     splits = split[0].grid[1]
     assert shapes["mid_lse"] == (axes["batch"] * axes["q_heads"], splits)
     assert shapes["mid_o"] == (axes["batch"] * axes["q_heads"], splits, axes["head_dim"])
-    if k.choices["combine"] == "last-block":
+    if k.choices.get("combine") == "last-block":
         # one launch; a zeroed counter per grid.x block (none where there is one chunk: no memset)
         assert [r.kernel for r in runs] == [split[0].kernel] and "nsplits" not in plan.temporaries
         assert plan.temporaries["arrive"].init == "zero" and "arrive" in split[0].args
         assert shapes["arrive"][0] >= split[0].grid[0] if splits > 1 else shapes["arrive"] == (0,)
     else:
         assert [r.kernel for r in runs][1:] == (["decode_combine"] if splits > 1 else []), (axes, runs)
-    hdp, gm = (int(x) for x in split[0].kernel.split("<")[1].split(",")[:2])
     group = axes["q_heads"] // axes["kv_heads"]
-    assert hdp // 2 < max(axes["head_dim"], 33) <= hdp and (gm // 2 < group <= gm or gm == 8 < group)
+    if k.family == "mma-split":                  # decode_mma<HDP, W, BN, STAGES>: 16 query heads a block
+        hdp, gm = int(split[0].kernel.split("<")[1].split(",")[0]), 16
+        assert hdp // 2 < max(axes["head_dim"], 33) <= hdp
+    else:
+        hdp, gm = (int(x) for x in split[0].kernel.split("<")[1].split(",")[:2])
+        assert hdp // 2 < max(axes["head_dim"], 33) <= hdp and (gm // 2 < group <= gm or gm == 8 < group)
     assert split[0].grid[0] == axes["batch"] * axes["kv_heads"] * -(-group // gm)
 
 
@@ -147,7 +152,7 @@ def test_every_distinct_source_compiles_under_nvrtc(pack):
     assert any(j[0].get("combine") == "last-block" for j in jobs.values())
     # a family root's code with its plan's names: test_nvrtc.py's compile (asserted there); here only the names
     # other moves of the same code add (warps, unroll)
-    assert len(roots) == 2
+    assert len(roots) == 3                       # naive-heads, split-kv, mma-split
     for key, root_names in roots.items():
         jobs[key][2] = [n for n in jobs[key][2] if n not in root_names]
         if "decode_split<128, 4, 4, 2, 8>" in root_names:   # the default at llama3-8b's bucket: its spills checked here
@@ -616,3 +621,109 @@ def test_cp_async_ring_schedule_has_no_hazard():
     pro, ahead, into, wait = parts
     assert "step 0 read slot 0 holding step None" == _ring_run(4, (pro, ahead, into, "S"), 8, False)
     assert "before its step" in _ring_run(4, (pro, "S", "(stage + S) % S", wait), 8, True)
+
+
+# -- mma-split (tensor cores): the tiling emulated in NumPy (the lane fragments are the attention pack's, emulated
+# lane by lane in tests/knowledge/test_attention_cuda_pack.py) --------------------------------------------------
+
+def _mma_split_emulated(q, k, v, splits, W, BN, exp2=True, round_p=True):
+    """o as decode_mma + decode_combine compute it: chunks of ceil(L / splits) keys rounded up to BN, tiles of BN
+    keys, warp w taking tiles w, w + W, ... of its chunk, the 16 query heads of a block as rows (the group's in
+    blocks of 16), per warp an online softmax with one rescale a tile and P rounded to fp16 before P V (the mma's A
+    operand), the warps merged, chunks combined by e^(lse - max lse). float64 otherwise."""
+    batch, hq, D = q.shape
+    hkv, L = k.shape[1], k.shape[2]
+    group = hq // hkv
+    ex = np.exp2 if exp2 else np.exp
+    unit = np.log2(np.e) if exp2 else 1.0
+    chunk = -(-L // splits)
+    chunk = -(-chunk // BN) * BN
+    o = np.zeros((batch, hq, D))
+    for b, g in itertools.product(range(batch), range(hkv)):
+        for g0 in range(0, group, 16):
+            rows = [g * group + g0 + r for r in range(min(16, group - g0))]
+            qs = q[b, rows] * unit / np.sqrt(D)
+            parts = []
+            for c in range(splits):
+                lo, hi = c * chunk, min(c * chunk + chunk, L)
+                ntiles = max(0, -(-(hi - lo) // BN))
+                states = []
+                for w in range(W):
+                    m, l, acc = np.full(len(rows), -np.inf), np.zeros(len(rows)), np.zeros((len(rows), D))
+                    for t in range(w, ntiles, W):
+                        n0 = lo + t * BN
+                        keys = range(n0, min(n0 + BN, hi))
+                        s = qs @ k[b, g, list(keys)].T
+                        mn = np.maximum(m, s.max(axis=1))
+                        alpha = ex(m - mn)
+                        p = ex(s - mn[:, None])
+                        l = l * alpha + p.sum(axis=1)
+                        pv = p.astype(np.float16).astype(np.float64) if round_p else p
+                        acc = acc * alpha[:, None] + pv @ v[b, g, list(keys)]
+                        m = mn
+                    states.append((m, l, acc))
+                m, l, acc = states[0]
+                for om, ol, oacc in states[1:]:
+                    m, l, acc = _merge(m, l, acc, om, ol, oacc, ex)
+                empty = l == 0
+                parts.append((np.where(empty, -np.inf, m + np.log(np.where(empty, 1, l)) / np.log(2 if exp2 else np.e)),
+                              np.where(empty[:, None], 0.0, acc / np.where(empty, 1, l)[:, None])))
+            lse = np.stack([p[0] for p in parts])          # [chunk, row]
+            mu = lse.max(axis=0)
+            wts = ex(lse - mu)
+            o[b, rows] = sum(wts[c][:, None] * parts[c][1] for c in range(splits)) / wts.sum(axis=0)[:, None]
+    return o
+
+
+#: (batch, q_heads, kv_heads, kv_len, head_dim, q/k std), (W, BN), chunks: one chunk, several, more chunks than
+#: tiles (empty chunks), a group of 20 (two head blocks), head_dim 80 (padded), an odd kv_len
+MMA_EMULATED = [((1, 8, 2, 77, 80, 1.0), (4, 16), 1), ((2, 8, 2, 300, 64, 4.0), (4, 32), 3),
+                ((1, 4, 1, 9, 128, 1.0), (2, 16), 4), ((1, 20, 1, 130, 64, 1.0), (4, 16), 2),
+                ((1, 16, 8, 1000, 128, 8.0), (2, 32), 5)]
+
+
+@pytest.mark.parametrize("shape, tiles, splits", MMA_EMULATED, ids=[str(e[0][:5]) for e in MMA_EMULATED])
+def test_mma_split_emulation_matches_the_reference(shape, tiles, splits):
+    q, kk, v = _inputs(shape, shape[3])
+    ref = _reference(q, kk, v)
+    tol = load_task(TASK).definition.tolerance["float16"]
+    for exp2 in (True, False):
+        got = _mma_split_emulated(*(x.astype(np.float64) for x in (q, kk, v)), splits, *tiles, exp2=exp2)
+        assert np.isfinite(got).all()
+        np.testing.assert_allclose(got, ref, rtol=tol.rtol, atol=tol.atol)
+
+
+def test_mma_split_emulation_without_the_tile_rescale_fails():
+    """alpha = 1 (no rescale of the running sums when a tile raises the max) misses the reference: the emulation
+    can fail."""
+    q, kk, v = _inputs((1, 4, 1, 200, 64, 4.0), 1)
+    ref = _reference(q, kk, v)
+    args = [x.astype(np.float64) for x in (q, kk, v)]
+    assert np.allclose(_mma_split_emulated(*args, 2, 2, 16), ref, rtol=5e-3, atol=2e-3)
+    orig = np.exp2
+    try:
+        calls = []
+        np.exp2 = lambda x: (calls.append(1), orig(x))[1] if len(calls) % 2 else (calls.append(1), np.ones_like(x))[1]
+        broken = _mma_split_emulated(*args, 2, 2, 16)
+    finally:
+        np.exp2 = orig
+    assert not np.allclose(broken, ref, rtol=5e-3, atol=2e-3)
+
+
+def test_mma_split_plan_fits_shared_memory_at_every_knob_and_bucket(pack):
+    """Every (mma_warps, tile_keys, ring) resolves on head_dim 64, 128 and 256 within the H200's 227 KB a block,
+    the kernel's template arguments naming the bytes the plan asks for (Q tile + W rings of 2 x BN rows of HDP + 8
+    halves)."""
+    d = load_task(TASK).definition
+    ch = pack.decision("mma_tile").choice("warp-rings")
+    for w, bn, st in itertools.product(*(ch.knobs[n].values for n in ("mma_warps", "tile_keys", "ring"))):
+        k = pack.render(d, {"family": "mma-split"}, {"mma_warps": w, "tile_keys": bn, "ring": st})
+        plan = cuda_launch.parse_plan(k.launch, d)
+        for hd in (64, 128, 256):
+            axes = {"batch": 1, "q_heads": 32, "kv_heads": 8, "kv_len": 4096, "head_dim": hd}
+            (run, *_) = cuda_launch.resolve(plan, d, axes, max_shared_bytes=MAX_SHARED)
+            hdp, kw, kbn, kst = (int(x) for x in run.kernel.split("<")[1].rstrip(">").split(","))
+            assert hdp == hd and kw == w and kbn <= bn and kst <= st and kst >= 2
+            assert run.shared_bytes == 2 * (16 * (hdp + 8) + kw * kst * 2 * kbn * (hdp + 8)) <= MAX_SHARED
+            # cut only where the knobs' own ring would not fit
+            assert (kbn, kst) == (bn, st) or 2 * (16 * (hdp + 8) + w * st * 2 * bn * (hdp + 8)) > MAX_SHARED

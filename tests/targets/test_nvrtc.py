@@ -49,7 +49,7 @@ def test_shipped_cuda_kernels_compile_under_nvrtc():
     assert len(kernels) >= 8
     # tests/knowledge/test_attention_{cuda,decode_cuda}_pack.py rely on these roots' compiles (all kernel names)
     assert {"attention-prefill-bf16: naive-rows", "attention-prefill-bf16: flash", "attention-decode: naive-heads",
-            "attention-decode: split-kv"} <= {k[0] for k in kernels}
+            "attention-decode: split-kv", "attention-decode: mma-split"} <= {k[0] for k in kernels}
     images = [[] for _ in kernels]
     with ThreadPoolExecutor(2) as pool:  # ctypes releases the GIL during the compile
         results = list(pool.map(lambda ki: nvrtc_compile(ki[0][1], ki[0][2], names=ki[0][3], cubin=ki[1]),
