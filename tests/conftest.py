@@ -36,7 +36,7 @@ def _session_load(request):
         return
     from tests.hardware.loadgen import detached_loops
 
-    with detached_loops() as pids:
+    with detached_loops(exclusive=False) as pids:   # all session: the tests' own load turns go on beside it
         yield pids
 
 

@@ -116,9 +116,12 @@ def test_a_kernel_1_3x_faster_is_never_judged_slower_and_mostly_faster_under_loa
         evs = [_judged(patient_judge, _kernel(TASK.naive_sources["cpu"], f"fast {i}"), slow) for i in range(10)]
     pairs = [ev.paired_with("parent") for ev in evs]
     seen = [(p.verdict, round(p.ratio, 3), p.lo, p.hi, ev.workloads[0].load_cores) for p, ev in zip(pairs, evs)]
-    assert all(p.verdict in ("faster", "tie") for p in pairs), seen  # never the wrong direction
+    wrong = [(s, ev.workloads[0].repeats, p.n, p.note) for s, p, ev in zip(seen, pairs, evs)
+             if p.verdict not in ("faster", "tie")]
+    assert not wrong, (wrong, seen)  # never the wrong direction (nor no verdict): the offending comparisons first
     # every interval reaches the gap: none excludes a ratio of 1.1, the least the point estimates centre on
-    assert all(p.hi is not None and p.hi >= 1.1 for p in pairs), seen
+    short = [(s, p.n) for s, p in zip(seen, pairs) if p.hi is None or p.hi < 1.1]
+    assert not short, (short, seen)
     if not busy_before:
         assert sum(p.verdict == "faster" for p in pairs) >= 6, (busy_before, seen)
         ratios = sorted(p.ratio for p in pairs)
