@@ -54,8 +54,9 @@ TURN_LOCK = Path(tempfile.gettempdir()) / "ksearch-tests-synthetic-load.lock"
 def load_turn(exclusive: bool = True):
     """One test's busy loops at a time on this machine: an exclusive flock on `TURN_LOCK` while they run.
     pytest-xdist runs tests side by side, and each load test asserts what the judge or the load meter does at its
-    own load (the judge's power test at two loops on 2 cores found 1.3x faster in only 3 of 10 rounds beside the
-    tie test's two loops). A session-long load (`--under-load`) takes no turn (`exclusive=False`)."""
+    own load (beside the tie test's two loops, the judge's power test at its own two loops on 2 cores found the
+    1.3x kernel faster in fewer than the 6 of 10 rounds it asks for: at least 6 ties). A session-long load
+    (`--under-load`) takes no turn (`exclusive=False`)."""
     if not exclusive:
         yield
         return
