@@ -2,7 +2,7 @@
 # Run HERE (not on the device), from the repo root, in README's venv (torch installed): the git-ignored carry folders
 # the device scripts name, for the device image's Python 3.12 (it has torch, triton, cupy, numpy; not the rest):
 #   .device/wheels: ksearch's pure-Python dependencies the image lacks (pydantic & co., PyYAML, Jinja2, typer, rich,
-#                   pyelftools), ~4 MB
+#                   pyelftools), ~6 MB
 #   .device/mamba:  the mamba-ssm 2.3.2.post1 sdist (~0.2 MB; the bench builds its CUDA extension with torch's JIT
 #                   loader, ../shared/reference/device-recipes.md)
 # Usage: bash bench/gpu/device_carry.sh [wheels] [mamba]   (both when none named)

@@ -103,7 +103,7 @@ CUDA_PATHS = [
         (4, 8, 2, "smem-f32", 80, 4, 4),      # 3 blocks of 8 warps an SM: 2 segments at batch 1
         (4, 8, 2, "smem", 64, 4, 4),          # 4 blocks an SM (64 B of spills): 2 segments
         (4, 4, 2, "smem", 64, 4, 8),          # 8 blocks of 4 warps an SM: 2 segments
-        (8, 8, 2, "smem", 80, 4, 4),          # 8 items (116 B of spills): 2 segments
+        (8, 8, 2, "smem", 80, 4, 4),          # 8 items (136 B of spills): 2 segments
         (8, 8, 4, "smem-f32", 128, 2, 4),     # the best path split in 2 (2 blocks an SM: the split's own cost)
         (4, 8, 2, "smem-f32", 80, 4, 8),      # 4 segments (1024 blocks over 396 resident)
     ]

@@ -76,21 +76,15 @@ def detached_loops(n: int | None = None, exclusive: bool = True):
     n = n or len(usable_cpus())
     pids: list[int] = []
     with load_turn(exclusive):
-        with _detached(n, pids):
+        try:
+            for _ in range(n):
+                out = subprocess.run([sys.executable, "-c", _DETACH], capture_output=True, text=True, timeout=30,
+                                     check=True).stdout
+                pids.append(int(out.split()[0]))
+            time.sleep(0.05)
             yield pids
-
-
-@contextlib.contextmanager
-def _detached(n: int, pids: list[int]):
-    try:
-        for _ in range(n):
-            out = subprocess.run([sys.executable, "-c", _DETACH], capture_output=True, text=True, timeout=30,
-                                 check=True).stdout
-            pids.append(int(out.split()[0]))
-        time.sleep(0.05)
-        yield
-    finally:
-        _kill(pids)
+        finally:
+            _kill(pids)
 
 
 @contextlib.contextmanager
@@ -103,28 +97,23 @@ def own_loops(n: int | None = None, grandchild: bool = True):
     n = n or len(usable_cpus())
     procs: list[subprocess.Popen] = []
     loops: list[int] = []
-    with load_turn(), _own(n, grandchild, procs, loops):
-        yield loops
-
-
-@contextlib.contextmanager
-def _own(n: int, grandchild: bool, procs: list, loops: list[int]):
-    try:
-        for i in range(n):
-            if grandchild and i == n - 1:
-                shell = subprocess.Popen(["sh", "-c", f'{sys.executable} -c "{LOOP}" & echo $!; wait'],
-                                         stdout=subprocess.PIPE, text=True, start_new_session=True)
-                procs.append(shell)
-                loops.append(int(shell.stdout.readline()))
-            else:
-                p = subprocess.Popen([sys.executable, "-c", LOOP], start_new_session=True)
-                procs.append(p)
-                loops.append(p.pid)
-        time.sleep(0.05)
-        yield
-    finally:
-        _kill(loops)
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError):
-                p.kill()
-            p.wait(timeout=10)
+    with load_turn():
+        try:
+            for i in range(n):
+                if grandchild and i == n - 1:
+                    shell = subprocess.Popen(["sh", "-c", f'{sys.executable} -c "{LOOP}" & echo $!; wait'],
+                                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+                    procs.append(shell)
+                    loops.append(int(shell.stdout.readline()))
+                else:
+                    p = subprocess.Popen([sys.executable, "-c", LOOP], start_new_session=True)
+                    procs.append(p)
+                    loops.append(p.pid)
+            time.sleep(0.05)
+            yield loops
+        finally:
+            _kill(loops)
+            for p in procs:
+                with contextlib.suppress(ProcessLookupError):
+                    p.kill()
+                p.wait(timeout=10)
