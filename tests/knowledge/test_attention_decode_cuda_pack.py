@@ -292,9 +292,15 @@ def test_split_kv_emulation_matches_the_reference(pack, shape, tiles, choices, k
     ns = {}
     exec(d.reference, ns)
     ref = ns["run"](q, kk, v)
-    tol = d.tolerance["float16"]
+    _matches_with_either_exp(_split_kv_emulated, (q, kk, v), ref, splits, *tiles)
+
+
+def _matches_with_either_exp(emulated, qkv, ref, *args):
+    """``emulated(q, k, v, *args, exp2=...)`` in float64 is finite and within the task's fp16 tolerance of ``ref``,
+    with exp2 and with exp."""
+    tol = load_task(TASK).definition.tolerance["float16"]
     for exp2 in (True, False):
-        got = _split_kv_emulated(*(x.astype(np.float64) for x in (q, kk, v)), splits, *tiles, exp2=exp2)
+        got = emulated(*(x.astype(np.float64) for x in qkv), *args, exp2=exp2)
         assert np.isfinite(got).all()
         np.testing.assert_allclose(got, ref, rtol=tol.rtol, atol=tol.atol)
 
@@ -686,12 +692,7 @@ MMA_EMULATED = [((1, 8, 2, 77, 80, 1.0), (4, 16), 1), ((2, 8, 2, 300, 64, 4.0), 
 @pytest.mark.parametrize("shape, tiles, splits", MMA_EMULATED, ids=[str(e[0][:5]) for e in MMA_EMULATED])
 def test_mma_split_emulation_matches_the_reference(shape, tiles, splits):
     q, kk, v = _inputs(shape, shape[3])
-    ref = _reference(q, kk, v)
-    tol = load_task(TASK).definition.tolerance["float16"]
-    for exp2 in (True, False):
-        got = _mma_split_emulated(*(x.astype(np.float64) for x in (q, kk, v)), splits, *tiles, exp2=exp2)
-        assert np.isfinite(got).all()
-        np.testing.assert_allclose(got, ref, rtol=tol.rtol, atol=tol.atol)
+    _matches_with_either_exp(_mma_split_emulated, (q, kk, v), _reference(q, kk, v), splits, *tiles)
 
 
 def test_mma_split_emulation_without_the_tile_rescale_fails():
